@@ -1,0 +1,47 @@
+# sparkguard: two commands for a fresh machine -- `make demo` and `make test`.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export SPARK_CONF_DIR := $(CURDIR)/conf
+export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
+# never two Spark test runs at once on this 2-core machine
+SPARK_LOCK := /tmp/sparkguard-spark.lock
+
+.PHONY: install demo test test-fast lint bench reliability clean warm
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,dev,chart]'
+	$(MAKE) --no-print-directory warm
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Resolve Delta's jars from Maven Central into the Ivy cache once, so tests do not each pay.
+warm:
+	$(BIN)/python -c "from sparkguard.session import local_session_builder as b; s=b('warm').getOrCreate(); s.range(1).count(); s.stop()"
+
+demo: $(STAMP)
+	$(BIN)/python -m sparkguard.demo demo-lake
+	$(BIN)/spark-submit jobs/backfill.py --plan demo-lake/plan.yaml
+
+test: $(STAMP)
+	flock $(SPARK_LOCK) $(BIN)/python -m pytest -q tests
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not spark and not slow" tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check sparkguard jobs tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[bench]'
+	flock $(SPARK_LOCK) $(BIN)/python bench/reconcile.py
+
+clean:
+	rm -rf demo-lake spark-warehouse metastore_db derby.log .pytest_cache

@@ -1,0 +1,301 @@
+"""``sparkguard`` command line: one ``main(argv) -> int`` that maps errors to exit codes.
+
+Exit codes: 0 success; 1 a gate or verification failed (target unchanged or restored);
+2 plan, usage or lock error (nothing written); 3 runtime failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sparkguard.errors import (
+    EXIT_OK,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    PlanError,
+    SparkguardError,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["main"]
+
+
+def _session() -> SparkSession:
+    from sparkguard.session import get_or_create_session
+
+    spark = get_or_create_session("sparkguard")
+    spark.sparkContext.setLogLevel(os.environ.get("SPARKGUARD_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+def _home(args: argparse.Namespace) -> str:
+    if getattr(args, "home", None):
+        return str(args.home)
+    if os.environ.get("SPARKGUARD_HOME"):
+        return os.environ["SPARKGUARD_HOME"]
+    plan = getattr(args, "plan", None)
+    base = Path(plan).resolve().parent if plan else Path.cwd()
+    return str(base / "_sparkguard")
+
+
+def _evidence_dir(args: argparse.Namespace) -> str:
+    if getattr(args, "evidence_dir", None):
+        return str(args.evidence_dir)
+    plan = getattr(args, "plan", None)
+    base = Path(plan).resolve().parent if plan else Path.cwd()
+    return str(base / "evidence")
+
+
+def _cmd_guard(args: argparse.Namespace) -> int:
+    from sparkguard.guard import blocking, render_findings, static_findings
+    from sparkguard.plan import fingerprint, load_plan
+
+    plan = load_plan(args.plan)
+    findings = static_findings(plan, check_approvals=not args.pre_approval)
+    if not blocking(findings) and not args.static_only:
+        from sparkguard.guard_live import live_findings
+
+        findings += live_findings(_session(), plan)
+    print(render_findings(findings, args.plan) or "no findings")
+    blocks = blocking(findings)
+    print(f"plan fingerprint {fingerprint(plan)}; {len(blocks)} blocking finding(s), "
+          f"{len(findings) - len(blocks)} other(s)")
+    return EXIT_USAGE if blocks else EXIT_OK
+
+
+def _cmd_approve(args: argparse.Namespace) -> int:
+    from sparkguard.plan.approvals import record_approval
+
+    rec = record_approval(args.plan, args.role, args.by)
+    print(f"approved: role {rec.role} by {rec.by} at {rec.at.isoformat()} for fingerprint "
+          f"{rec.fingerprint}")
+    return EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from sparkguard.guard import blocking, static_findings
+    from sparkguard.plan import load_plan
+    from sparkguard.runner import RunOptions, build_stages, explain
+
+    plan = load_plan(args.plan)
+    opts = RunOptions(dry_run=args.dry_run, takeover_stale_lock=args.takeover_stale_lock,
+                      stale_lock_after_s=args.stale_lock_timeout, explain=args.explain)
+    findings = static_findings(plan)
+    if blocking(findings):
+        raise PlanError(args.plan, [f.as_problem() for f in blocking(findings)])
+    if args.explain:
+        print(explain(build_stages(plan, opts)))
+        return EXIT_OK
+    from sparkguard.execute import run_backfill
+
+    outcome = run_backfill(_session(), plan, args.plan, home=_home(args),
+                           evidence_dir=_evidence_dir(args), options=opts)
+    print(f"sparkguard: {outcome.message} (run {outcome.run_id}, exit {outcome.exit_code})")
+    for label, st in outcome.targets.items():
+        if st.promoted_version is not None and not st.restored:
+            from sparkguard.sql import restore_statement
+
+            assert st.rollback_version is not None
+            print(f"  {label}: promoted version {st.promoted_version}; rollback point "
+                  f"{st.rollback_version}")
+            print(f"  roll back with: spark-submit jobs/rollback.py --run-id {outcome.run_id} "
+                  f"--home {_home(args)}")
+            print(f"     or in SQL:   {restore_statement(st.ref, st.rollback_version)}")
+    if outcome.evidence_path:
+        print(f"  evidence: {outcome.evidence_path}")
+    return outcome.exit_code
+
+
+def _cmd_rollback(args: argparse.Namespace) -> int:
+    from sparkguard.rollback import rollback_run
+
+    run_id, home = args.run_id, args.home
+    if args.evidence:
+        from sparkguard.evidence import load_evidence
+
+        ev = load_evidence(args.evidence)["sparkguard"]
+        run_id = run_id or ev["run_id"]
+        if not home:
+            cmd = next((t["rollback_point"]["rollback_command"] for t in ev["targets"]
+                        if t["rollback_point"].get("rollback_command")), "")
+            if "--home " in cmd:
+                home = cmd.split("--home ", 1)[1].split()[0]
+    if not run_id:
+        print("sparkguard rollback: give --run-id or --evidence", file=sys.stderr)
+        return EXIT_USAGE
+    results = rollback_run(_session(), home or _home(args), run_id, force=args.force)
+    print(f"rolled back run {run_id}: " + ", ".join(
+        f"{r['dataset']} restored to version {r['rollback_version']}" for r in results))
+    return EXIT_OK
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from sparkguard.ledger import Ledger
+
+    ledger = Ledger(_session(), _home(args))
+    if args.run_id:
+        for e in ledger.run_events(args.run_id):
+            print(f"{e['at']:%Y-%m-%d %H:%M:%S} {e['state']:<22} {e.get('target') or ''} "
+                  f"{json.dumps(e['details'], default=str)[:160]}")
+        for s in ledger.slice_events(args.run_id):
+            print(f"{s['at']:%Y-%m-%d %H:%M:%S}   slice {s['target']}#{s['slice_id']} "
+                  f"{s['partitions']} {s['state']}")
+        return EXIT_OK
+    nxt = {"done": "nothing", "gate_failed": "fix the plan or data, then run again",
+           "dry_run_passed": "run without --dry-run", "rolled_back": "nothing",
+           "failed": "re-run the same command to resume"}
+    for r in ledger.latest_runs():
+        print(f"{r['run_id']}  {r['state']:<22} plan={r.get('plan_name') or ''} next: "
+              f"{nxt.get(r['state'], 're-run the same command to resume')}")
+    return EXIT_OK
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from sparkguard.evidence import load_evidence, render_markdown
+
+    path = args.evidence or str(Path(_evidence_dir(args)) / f"{args.run_id}.yaml")
+    print(render_markdown(load_evidence(path)))
+    return EXIT_OK
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from sparkguard.publish import PublishControl
+
+    ctl = PublishControl(_session(), _home(args))
+    if args.action == "pause":
+        ctl.pause(args.target, actor=os.environ.get("USER"), reason=args.reason)
+    elif args.action == "resume":
+        ctl.resume(args.target, actor=os.environ.get("USER"), reason=args.reason)
+    st = ctl.status(args.target)
+    print(f"{args.target}: " + ("paused" if st and st["paused"] else "open") +
+          (f" since {st['at']} by run {st['run_id']} ({st['reason']})" if st else ""))
+    return EXIT_OK
+
+
+def _cmd_plan_schema(args: argparse.Namespace) -> int:
+    from sparkguard.plan.model import PlanDocument
+
+    print(json.dumps(PlanDocument.model_json_schema(), indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+def _cmd_faults(args: argparse.Namespace) -> int:
+    from sparkguard.faults import FAILPOINTS
+
+    for name, what in FAILPOINTS.items():
+        print(f"{name:<24} {what}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sparkguard", description="Safe, reconciled, reversible backfills on Spark + Delta.",
+        epilog="exit codes: 0 ok; 1 gate failed (target unchanged); 2 plan/usage/lock error "
+               "(nothing written); 3 runtime failure")
+    parser.add_argument("--debug", action="store_true", help="re-raise errors with tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--home", help="sparkguard's own tables (ledger, publish control, "
+                       "shadows); default $SPARKGUARD_HOME or <plan dir>/_sparkguard")
+
+    p = sub.add_parser("guard", help="check a plan: static red flags, approvals, live checks")
+    p.add_argument("plan")
+    p.add_argument("--static-only", action="store_true", help="skip the live (Spark) checks")
+    p.add_argument("--pre-approval", action="store_true", help="do not require approvals yet")
+    p.set_defaults(func=_cmd_guard)
+
+    p = sub.add_parser("approve", help="record an approval bound to the plan's fingerprint")
+    p.add_argument("plan")
+    p.add_argument("--role", required=True)
+    p.add_argument("--by", required=True)
+    p.set_defaults(func=_cmd_approve)
+
+    p = sub.add_parser("run", help="run the backfill described by an approved plan")
+    p.add_argument("--plan", required=True)
+    common(p)
+    p.add_argument("--evidence-dir", help="default <plan dir>/evidence")
+    p.add_argument("--dry-run", action="store_true",
+                   help="stop after full-window reconciliation; record the dry run")
+    p.add_argument("--explain", action="store_true", help="print the stages and exit")
+    p.add_argument("--takeover-stale-lock", action="store_true")
+    p.add_argument("--stale-lock-timeout", type=float, default=6 * 3600, metavar="SECONDS")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("rollback", help="restore the targets of a run to their recorded version")
+    p.add_argument("--run-id")
+    p.add_argument("--evidence", help="the run's evidence YAML instead of --run-id")
+    common(p)
+    p.add_argument("--force", action="store_true",
+                   help="restore even though other writers committed after the promotion")
+    p.set_defaults(func=_cmd_rollback)
+
+    p = sub.add_parser("status", help="runs, slices, states and next action")
+    p.add_argument("--run-id")
+    common(p)
+    p.set_defaults(func=_cmd_status)
+
+    p = sub.add_parser("report", help="render a run's evidence as Markdown")
+    p.add_argument("--run-id")
+    p.add_argument("--evidence")
+    p.add_argument("--evidence-dir")
+    p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("publish", help="publish control: status, pause or resume a target")
+    p.add_argument("action", choices=["status", "pause", "resume"])
+    p.add_argument("target", help="target dataset (table name or path) as in the plan")
+    p.add_argument("--reason")
+    common(p)
+    p.set_defaults(func=_cmd_publish)
+
+    p = sub.add_parser("plan", help="plan utilities")
+    psub = p.add_subparsers(dest="plan_command", required=True)
+    ps = psub.add_parser("schema", help="print the plan's JSON Schema")
+    ps.set_defaults(func=_cmd_plan_schema)
+
+    p = sub.add_parser("faults", help="list the failpoints (testing aid)")
+    p.set_defaults(func=_cmd_faults)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except SystemExit as exc:
+        return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except PlanError as exc:
+        if args.debug:
+            raise
+        print(str(exc) or f"{exc.source}: invalid plan", file=sys.stderr)
+        print(f"sparkguard: plan refused ({len(exc.problems)} problem(s)); nothing was written",
+              file=sys.stderr)
+        return EXIT_USAGE
+    except SparkguardError as exc:
+        if args.debug:
+            raise
+        print(f"sparkguard: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:
+        if args.debug:
+            raise
+        traceback.print_exc(file=sys.stderr)
+        print(f"sparkguard: runtime failure: {type(exc).__name__}: {str(exc)[:500]}",
+              file=sys.stderr)
+        return EXIT_RUNTIME
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Pure verdict building: from per-partition aggregate rows to PartitionStats and GateResults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sparkguard.plan.model import Aggregation
+from sparkguard.reconcile.spec import MetricSpec, ReconcileSpec, ThresholdSpec
+from sparkguard.reconcile.verdicts import GateResult, PartitionStats, deviation, judge
+
+__all__ = ["SIDES", "build_gates", "combine_metric", "metric_value"]
+
+SIDES = ("source", "shadow", "target")
+
+
+def metric_value(agg: Aggregation, parts: Mapping[str, Any]) -> Any:
+    """Final metric value from combined partials ``sum``, ``count``, ``min``, ``max``, ``cd``."""
+    if agg is Aggregation.SUM:
+        return parts.get("sum")
+    if agg is Aggregation.COUNT:
+        return parts.get("count") or 0
+    if agg is Aggregation.MIN:
+        return parts.get("min")
+    if agg is Aggregation.MAX:
+        return parts.get("max")
+    if agg is Aggregation.COUNT_DISTINCT:
+        return parts.get("cd") or 0
+    total, count = parts.get("sum"), parts.get("count") or 0
+    return None if total is None or count == 0 else float(total) / count
+
+
+def combine_metric(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Combine per-partition partials into window partials (sum/count add, min/max fold)."""
+    out: dict[str, Any] = {"sum": None, "count": 0, "min": None, "max": None, "cd": None}
+    for r in rows:
+        if r.get("sum") is not None:
+            out["sum"] = r["sum"] if out["sum"] is None else out["sum"] + r["sum"]
+        out["count"] += r.get("count") or 0
+        if r.get("min") is not None:
+            out["min"] = r["min"] if out["min"] is None else min(out["min"], r["min"])
+        if r.get("max") is not None:
+            out["max"] = r["max"] if out["max"] is None else max(out["max"], r["max"])
+        if r.get("cd") is not None:
+            out["cd"] = (out["cd"] or 0) + r["cd"]
+    return out
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _compare_gate(name: str, check_type: str, expected: Any, measured: Any, thr: ThresholdSpec,
+                  what: str, partition: str | None = None) -> GateResult:
+    if isinstance(expected, str | bytes) or isinstance(measured, str | bytes):
+        same = expected == measured
+        absolute, percent = (0.0, 0.0) if same else (float("inf"), float("inf"))
+    else:
+        absolute, percent = deviation(_num(expected), _num(measured))
+    ok = judge(absolute, percent, thr.percent, thr.absolute)
+    where = f" in partition {partition}" if partition else ""
+    verb = "within" if ok else "exceeds"
+    reason = (f"{what}{where}: expected {expected}, got {measured}; deviation {absolute:g} "
+              f"({percent:.4g}%) {verb} threshold {thr.describe()}")
+    return GateResult(gate=name, check_type=check_type, passed=ok,
+                      measured={"value": measured, "abs_diff": absolute, "pct_diff": percent},
+                      expected=expected, threshold=thr.describe(), reason=reason,
+                      partition=partition)
+
+
+def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_source: bool,
+                extra_duplicates: Mapping[tuple[str, ...], int] | None = None,
+                ) -> tuple[list[PartitionStats], list[GateResult]]:
+    """Gates from per-partition rows.
+
+    Each row: ``partition`` (str), ``rows_<side>``, ``dup_shadow``, ``dup_source``,
+    ``null_<col>``, and for each metric ``m<i>_<side>`` a dict of partials.
+    """
+    ref = "source" if has_source else "target"
+    stats: list[PartitionStats] = []
+    for r in rows:
+        metrics = {}
+        for i, m in enumerate(spec.metrics):
+            metrics[m.name] = {s: metric_value(m.aggregation, r.get(f"m{i}_{s}") or {})
+                               for s in SIDES}
+        stats.append(PartitionStats(
+            partition=str(r["partition"]),
+            rows_source=int(r.get("rows_source") or 0),
+            rows_shadow=int(r.get("rows_shadow") or 0),
+            rows_target=int(r.get("rows_target") or 0),
+            duplicate_keys_shadow=int(r.get("dup_shadow") or 0),
+            duplicate_keys_source=int(r.get("dup_source") or 0),
+            metrics=metrics,
+            nulls={c: int(r.get(f"null_{c}") or 0) for c in spec.not_null}))
+    gates: list[GateResult] = []
+    if spec.row_count is not None:
+        exp = sum(getattr(s, f"rows_{ref}") for s in stats)
+        got = sum(s.rows_shadow for s in stats)
+        gates.append(_compare_gate("row_count_parity", "row_count_parity", exp, got,
+                                   spec.row_count, f"shadow rows vs {ref} rows"))
+        if spec.row_count_per_partition:
+            for s in stats:
+                gates.append(_compare_gate("row_count_parity", "row_count_parity",
+                                           getattr(s, f"rows_{ref}"), s.rows_shadow,
+                                           spec.row_count, f"shadow rows vs {ref} rows",
+                                           s.partition))
+    if spec.duplicate_check is not None:
+        dups = sum(s.duplicate_keys_shadow for s in stats)
+        rows_shadow = sum(s.rows_shadow for s in stats)
+        thr = spec.duplicate_check
+        pct = dups / rows_shadow * 100.0 if rows_shadow else 0.0
+        ok = judge(float(dups), pct, thr.percent, thr.absolute)
+        keys = ", ".join(spec.business_keys)
+        gates.append(GateResult(
+            gate="duplicate_check", check_type="duplicate_check", passed=ok,
+            measured={"duplicate_keys": dups, "pct_of_rows": pct}, threshold=thr.describe(),
+            expected=0,
+            reason=(f"{dups} business key(s) ({keys}) occur more than once in the shadow; "
+                    f"threshold {thr.describe()}"),
+            details={"source_duplicate_keys": sum(s.duplicate_keys_source for s in stats)}))
+        for cols, n in (extra_duplicates or {}).items():
+            ok = judge(float(n), n / rows_shadow * 100.0 if rows_shadow else 0.0,
+                       thr.percent, thr.absolute)
+            gates.append(GateResult(
+                gate=f"duplicate_check[{','.join(cols)}]", check_type="duplicate_check",
+                passed=ok, measured={"duplicate_keys": n}, threshold=thr.describe(), expected=0,
+                reason=f"{n} key(s) ({', '.join(cols)}) occur more than once in the shadow"))
+    for i, m in enumerate(spec.metrics):
+        gates.extend(_metric_gates(i, m, rows, stats, ref))
+    for col in spec.not_null:
+        n = sum(s.nulls.get(col, 0) for s in stats)
+        gates.append(GateResult(
+            gate=f"not_null[{col}]", check_type="nullability_contract", passed=n == 0,
+            measured=n, threshold=0, expected=0,
+            reason=f"{n} null value(s) in non-null column {col!r} of the shadow"))
+    return stats, gates
+
+
+def _metric_gates(i: int, m: MetricSpec, rows: Sequence[Mapping[str, Any]],
+                  stats: Sequence[PartitionStats], ref: str) -> list[GateResult]:
+    exp_parts = combine_metric([r.get(f"m{i}_{ref}") or {} for r in rows])
+    got_parts = combine_metric([r.get(f"m{i}_shadow") or {} for r in rows])
+    if m.aggregation is Aggregation.COUNT_DISTINCT:
+        # distinct counts do not add up across partitions; the engine supplies window totals
+        exp_parts["cd"] = rows[0].get(f"m{i}_{ref}_window_cd") if rows else 0
+        got_parts["cd"] = rows[0].get(f"m{i}_shadow_window_cd") if rows else 0
+    label = f"{m.aggregation.value}({m.shadow_expr}) shadow vs {m.aggregation.value}" \
+            f"({m.source_expr if ref == 'source' else m.shadow_expr}) {ref}"
+    out = [_compare_gate(f"metric_reconciliation[{m.name}]", "metric_reconciliation",
+                         metric_value(m.aggregation, exp_parts),
+                         metric_value(m.aggregation, got_parts), m.threshold, label)]
+    if m.per_partition:
+        for s in stats:
+            vals = s.metrics[m.name]
+            out.append(_compare_gate(f"metric_reconciliation[{m.name}]",
+                                     "metric_reconciliation", vals[ref], vals["shadow"],
+                                     m.threshold, label, s.partition))
+    return out

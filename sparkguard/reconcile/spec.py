@@ -1,0 +1,164 @@
+"""What to reconcile, derived from a plan without Spark; plus the schema contract (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sparkguard.plan.model import Aggregation, BackfillPlan, CheckType, Contract, TargetSpec
+from sparkguard.reconcile.verdicts import GateResult
+from sparkguard.sql import PartitionType
+
+__all__ = [
+    "ColumnInfo",
+    "MetricSpec",
+    "ReconcileSpec",
+    "ThresholdSpec",
+    "schema_contract_gates",
+    "spec_for_target",
+]
+
+
+@dataclass(frozen=True)
+class ThresholdSpec:
+    """Percent and/or absolute tolerance; both None means exact."""
+
+    percent: float | None = None
+    absolute: float | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.percent is not None:
+            parts.append(f"<= {self.percent:g}%")
+        if self.absolute is not None:
+            parts.append(f"<= {self.absolute:g} abs")
+        return " and ".join(parts) or "exact"
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One aggregate compared between source and shadow."""
+
+    name: str
+    aggregation: Aggregation
+    source_expr: str
+    shadow_expr: str
+    threshold: ThresholdSpec
+    per_partition: bool = False
+
+
+@dataclass(frozen=True)
+class ReconcileSpec:
+    """Everything the engine needs; built from a plan target by :func:`spec_for_target`."""
+
+    partition_column: str
+    partition_type: PartitionType
+    business_keys: tuple[str, ...]
+    row_count: ThresholdSpec | None = ThresholdSpec(percent=0.0)
+    row_count_per_partition: bool = False
+    duplicate_check: ThresholdSpec | None = ThresholdSpec(absolute=0.0)
+    metrics: tuple[MetricSpec, ...] = ()
+    not_null: tuple[str, ...] = ()
+    float_abs_tolerance: float = 1e-9
+    float_rel_tolerance: float = 1e-9
+    sample_size: int = 10
+    key_source: bool = False
+    extra_duplicate_keys: tuple[tuple[str, ...], ...] = field(default=())
+
+
+def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = False) -> ReconcileSpec:
+    """Translate the plan's validation checks for one target into a ReconcileSpec."""
+    assert plan.partitioning is not None, "guard ensures partitioning is set"
+    row_count: ThresholdSpec | None = None
+    per_partition_rc = False
+    dup: ThresholdSpec | None = None
+    extra_dups: list[tuple[str, ...]] = []
+    metrics: list[MetricSpec] = []
+    grouping = set(target.business_keys) | {plan.partitioning.column}
+    for check in plan.validation.checks:
+        thr = ThresholdSpec(check.threshold_percent, check.threshold_absolute)
+        if check.type is CheckType.ROW_COUNT_PARITY:
+            row_count = thr
+            per_partition_rc = check.per_partition
+        elif check.type is CheckType.DUPLICATE_CHECK:
+            if thr.percent is None and thr.absolute is None:
+                thr = ThresholdSpec(absolute=0.0)
+            cols = tuple(check.key_columns or target.business_keys)
+            if set(cols) | {plan.partitioning.column} == grouping:
+                dup = thr
+            else:
+                extra_dups.append(cols)
+                dup = dup or thr
+        elif check.type is CheckType.METRIC_RECONCILIATION:
+            name = check.metric or f"metric_{len(metrics) + 1}"
+            src = check.source_expr or check.shadow_expr or name
+            shd = check.shadow_expr or check.source_expr or name
+            metrics.append(MetricSpec(name, check.aggregation, src, shd, thr, check.per_partition))
+    not_null = tuple(dict.fromkeys([*target.contract.not_null,
+                                    *(c.name for c in target.contract.columns if not c.nullable)]))
+    return ReconcileSpec(
+        partition_column=plan.partitioning.column,
+        partition_type=plan.partitioning.type,
+        business_keys=tuple(target.business_keys),
+        row_count=row_count,
+        row_count_per_partition=per_partition_rc,
+        duplicate_check=dup,
+        metrics=tuple(metrics),
+        not_null=not_null,
+        key_source=key_source,
+        extra_duplicate_keys=tuple(extra_dups),
+    )
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    """A column's name, Spark SQL type string and nullability."""
+
+    name: str
+    type: str
+    nullable: bool
+
+
+def _norm_type(t: str) -> str:
+    return t.replace(" ", "").lower()
+
+
+def schema_contract_gates(shadow: Sequence[ColumnInfo], target: Sequence[ColumnInfo] | None,
+                          contract: Contract) -> list[GateResult]:
+    """Schema gates: the shadow against the target's schema and against the explicit contract.
+
+    Nullability: a non-nullable target column must not become nullable in the shadow *data*;
+    that is checked by the not-null gate on values, so here a nullable flag alone only fails
+    when the explicit contract says ``nullable: false`` and the data has nulls (engine gate).
+    """
+    gates: list[GateResult] = []
+    by_name = {c.name: c for c in shadow}
+    if target is not None and contract.match_target_schema:
+        problems: list[str] = []
+        tnames = {c.name for c in target}
+        for col in target:
+            got = by_name.get(col.name)
+            if got is None:
+                problems.append(f"column {col.name!r} missing from the recomputed rows")
+            elif _norm_type(got.type) != _norm_type(col.type):
+                problems.append(f"column {col.name!r} type {got.type} != target {col.type}")
+        problems += [f"column {c.name!r} not in the target" for c in shadow if c.name not in tnames]
+        gates.append(GateResult(
+            gate="schema_matches_target", check_type="schema_contract", passed=not problems,
+            measured=len(problems), threshold=0,
+            reason="shadow schema equals the target schema" if not problems else "; ".join(problems),
+            details={"differences": problems}))
+    if contract.columns:
+        problems = []
+        for cc in contract.columns:
+            got = by_name.get(cc.name)
+            if got is None:
+                problems.append(f"contract column {cc.name!r} missing")
+            elif _norm_type(got.type) != _norm_type(cc.type):
+                problems.append(f"contract column {cc.name!r} type {got.type} != {cc.type}")
+        gates.append(GateResult(
+            gate="schema_contract", check_type="schema_contract", passed=not problems,
+            measured=len(problems), threshold=0,
+            reason="shadow satisfies the declared contract" if not problems else "; ".join(problems),
+            details={"differences": problems}))
+    return gates

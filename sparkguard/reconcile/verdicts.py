@@ -1,0 +1,155 @@
+"""Reconciliation results as frozen dataclasses, plus the pure verdict arithmetic."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "ChangePreview",
+    "GateResult",
+    "PartitionStats",
+    "ReconcileResult",
+    "deviation",
+    "judge",
+]
+
+
+def deviation(expected: float | None, measured: float | None) -> tuple[float, float]:
+    """Absolute and percent deviation of ``measured`` from ``expected``.
+
+    Percent is relative to ``|expected|``; 0 vs 0 is 0 %, anything vs 0 is infinite.
+    A null on exactly one side is an infinite deviation; nulls on both sides are equal.
+    """
+    if expected is None and measured is None:
+        return 0.0, 0.0
+    if expected is None or measured is None:
+        return math.inf, math.inf
+    e, m = float(expected), float(measured)
+    if math.isnan(e) and math.isnan(m):
+        return 0.0, 0.0
+    if math.isnan(e) or math.isnan(m):
+        return math.inf, math.inf
+    absolute = abs(m - e)
+    if absolute == 0:
+        return 0.0, 0.0
+    if e == 0:
+        return absolute, math.inf
+    return absolute, absolute / abs(e) * 100.0
+
+
+def judge(absolute: float, percent: float, threshold_percent: float | None,
+          threshold_absolute: float | None) -> bool:
+    """Pass when every threshold given holds; with no threshold, only an exact match passes."""
+    if threshold_percent is None and threshold_absolute is None:
+        return absolute == 0
+    ok = True
+    if threshold_percent is not None:
+        ok = ok and percent <= threshold_percent + 1e-12
+    if threshold_absolute is not None:
+        ok = ok and absolute <= threshold_absolute
+    return ok
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if type(value).__name__ == "Decimal":
+        return str(value)
+    return value
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One gate's verdict: what was measured against which threshold, and why it passed or not."""
+
+    gate: str
+    check_type: str
+    passed: bool
+    measured: Any
+    threshold: Any
+    reason: str
+    partition: str | None = None
+    expected: Any = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(asdict(self))  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """Row counts, duplicates, nulls and metric values for one partition, per side."""
+
+    partition: str
+    rows_source: int
+    rows_shadow: int
+    rows_target: int
+    duplicate_keys_shadow: int
+    duplicate_keys_source: int
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    nulls: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(asdict(self))  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class ChangePreview:
+    """What promoting the shadow would do to the target's window."""
+
+    inserted: int
+    deleted: int
+    changed: int
+    unchanged: int
+    changed_by_column: dict[str, int]
+    sample: tuple[dict[str, Any], ...] = ()
+    not_compared: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(asdict(self))  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    """Every gate of one reconciliation (a slice or the whole window)."""
+
+    scope: str
+    partitions: tuple[PartitionStats, ...]
+    gates: tuple[GateResult, ...]
+    preview: ChangePreview | None = None
+    duplicate_sample: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return all(g.passed for g in self.gates)
+
+    @property
+    def failed(self) -> tuple[GateResult, ...]:
+        return tuple(g for g in self.gates if not g.passed)
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "rows_source": sum(p.rows_source for p in self.partitions),
+            "rows_shadow": sum(p.rows_shadow for p in self.partitions),
+            "rows_target": sum(p.rows_target for p in self.partitions),
+            "duplicate_keys_shadow": sum(p.duplicate_keys_shadow for p in self.partitions),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope,
+            "passed": self.passed,
+            "totals": self.totals(),
+            "gates": [g.to_dict() for g in self.gates],
+            "partitions": [p.to_dict() for p in self.partitions],
+            "change_preview": self.preview.to_dict() if self.preview else None,
+            "duplicate_sample": _clean(list(self.duplicate_sample)),
+        }

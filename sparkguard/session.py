@@ -1,0 +1,57 @@
+"""The SparkSession: the active one where it exists (Databricks), else a local Delta session.
+
+Only entry points (``jobs/``, the CLI, tests, the demo) call :func:`get_or_create_session`;
+library code receives the session as a parameter.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+__all__ = ["DELTA_CONFS", "get_or_create_session", "local_session_builder"]
+
+DELTA_CONFS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+_LOCAL_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.memory": "4g",
+    "spark.sql.adaptive.enabled": "true",
+    # RESTORE and rollback checks need the history that VACUUM would otherwise bound
+    "spark.databricks.delta.retentionDurationCheck.enabled": "true",
+}
+
+
+def local_session_builder(app_name: str = "sparkguard", master: str | None = None,
+                          extra: dict[str, str] | None = None) -> SparkSession.Builder:
+    """A builder for a local Spark with Delta; jars resolved by ``configure_spark_with_delta_pip``."""
+    from delta import configure_spark_with_delta_pip
+
+    builder = SparkSession.builder.appName(app_name).master(
+        master or os.environ.get("SPARKGUARD_MASTER", "local[2]"))
+    for key, value in {**_LOCAL_DEFAULTS, **DELTA_CONFS, **(extra or {})}.items():
+        builder = builder.config(key, value)
+    jars = os.environ.get("SPARKGUARD_DELTA_JARS")
+    if jars:
+        # Offline fallback: jars fetched with `mvn dependency:copy` (see README).
+        return builder.config("spark.jars", jars)
+    return configure_spark_with_delta_pip(builder)
+
+
+def get_or_create_session(app_name: str = "sparkguard") -> SparkSession:
+    """Return the active session (Databricks, spark-submit with Delta configured) or build one."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    # spark-submit may have configured Delta already; if so, respect that configuration
+    if os.environ.get("SPARK_ENV_LOADED") and os.environ.get("SPARKGUARD_USE_SUBMIT_CONF"):
+        return SparkSession.builder.appName(app_name).getOrCreate()
+    return local_session_builder(app_name).getOrCreate()

@@ -1,0 +1,180 @@
+"""Pure SQL rendering: identifiers, typed literals, predicates and Delta statements.
+
+Nothing here imports pyspark; every string Spark executes on behalf of a plan is built here
+and tested for its exact text.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = [
+    "IDENTIFIER_RE",
+    "PartitionType",
+    "TableRef",
+    "UnsafeSQLError",
+    "check_expression",
+    "merge_condition",
+    "parse_partition_value",
+    "quote_identifier",
+    "render_literal",
+    "restore_statement",
+    "window_predicate",
+]
+
+IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_PATH_FORBIDDEN = re.compile(r"[`'\"\\;\x00-\x1f\x7f]")
+_EXPR_FORBIDDEN = re.compile(r";|--|/\*|\*/|`")
+
+
+class UnsafeSQLError(ValueError):
+    """Raised when a name, path, value or expression cannot be rendered safely."""
+
+
+class PartitionType(str, Enum):
+    """Type of the partition column; decides how partition values are rendered."""
+
+    DATE = "date"
+    STRING = "string"
+    INT = "int"
+
+
+def quote_identifier(name: str) -> str:
+    """Quote a (possibly dotted, at most three-part) identifier after validating each part."""
+    if not isinstance(name, str) or not name:
+        raise UnsafeSQLError(f"empty identifier {name!r}")
+    parts = name.split(".")
+    if len(parts) > 3:
+        raise UnsafeSQLError(f"identifier {name!r} has more than three parts")
+    for part in parts:
+        if not IDENTIFIER_RE.match(part):
+            raise UnsafeSQLError(
+                f"identifier part {part!r} of {name!r} is not a plain name "
+                "(letters, digits, underscore; not starting with a digit)"
+            )
+    return ".".join(f"`{p}`" for p in parts)
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A Delta table named in the catalog or addressed by path."""
+
+    name: str | None = None
+    path: str | None = None
+
+    @staticmethod
+    def parse(dataset: str) -> TableRef:
+        """``/abs/path``, ``./rel``, ``scheme://...`` are paths; anything else is a table name."""
+        if not isinstance(dataset, str) or not dataset.strip():
+            raise UnsafeSQLError("empty dataset name")
+        if dataset.startswith(("/", "./", "../")) or "://" in dataset or dataset.startswith("dbfs:"):
+            if _PATH_FORBIDDEN.search(dataset):
+                raise UnsafeSQLError(
+                    f"path {dataset!r} contains a quote, backquote, backslash, semicolon or "
+                    "control character"
+                )
+            return TableRef(path=dataset)
+        quote_identifier(dataset)
+        return TableRef(name=dataset)
+
+    @property
+    def sql(self) -> str:
+        """The reference as it appears in SQL: `a`.`b` or delta.`/path`."""
+        if self.path is not None:
+            return f"delta.`{self.path}`"
+        assert self.name is not None
+        return quote_identifier(self.name)
+
+    @property
+    def display(self) -> str:
+        return self.path if self.path is not None else str(self.name)
+
+    def __str__(self) -> str:
+        return self.display
+
+
+def parse_partition_value(value: object, ptype: PartitionType) -> object:
+    """Turn a plan's partition value into a typed Python value, or raise UnsafeSQLError."""
+    if ptype is PartitionType.DATE:
+        if isinstance(value, dt.datetime):
+            return value.date()
+        if isinstance(value, dt.date):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+            try:
+                return dt.date.fromisoformat(value)
+            except ValueError as exc:
+                raise UnsafeSQLError(f"{value!r} is not a calendar date") from exc
+        raise UnsafeSQLError(f"{value!r} is not a date in YYYY-MM-DD form")
+    if ptype is PartitionType.INT:
+        if isinstance(value, bool):
+            raise UnsafeSQLError(f"{value!r} is not an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"-?\d{1,19}", value):
+            return int(value)
+        raise UnsafeSQLError(f"{value!r} is not an integer")
+    if isinstance(value, str | int | dt.date) and not isinstance(value, bool):
+        text = value.isoformat() if isinstance(value, dt.date) else str(value)
+        if any(ord(c) < 32 or ord(c) == 127 for c in text):
+            raise UnsafeSQLError(f"{value!r} contains a control character")
+        return text
+    raise UnsafeSQLError(f"{value!r} is not a string partition value")
+
+
+def render_literal(value: object, ptype: PartitionType) -> str:
+    """Render a partition value as a typed SQL literal that cannot change the statement."""
+    typed = parse_partition_value(value, ptype)
+    if ptype is PartitionType.DATE:
+        assert isinstance(typed, dt.date)
+        return f"DATE'{typed.isoformat()}'"
+    if ptype is PartitionType.INT:
+        return str(typed)
+    assert isinstance(typed, str)
+    escaped = typed.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
+
+
+def window_predicate(column: str, ptype: PartitionType, values: Sequence[object],
+                     alias: str | None = None) -> str:
+    """``col IN (lit, ...)`` over exactly the given partitions (deduplicated, sorted)."""
+    if not values:
+        raise UnsafeSQLError("a window predicate needs at least one partition")
+    typed = sorted({parse_partition_value(v, ptype) for v in values})  # type: ignore[type-var]
+    lits = ", ".join(render_literal(v, ptype) for v in typed)
+    col = quote_identifier(column)
+    if alias:
+        col = f"{quote_identifier(alias)}.{col}"
+    return f"{col} IN ({lits})"
+
+
+def merge_condition(keys: Iterable[str], target_alias: str = "t", source_alias: str = "s") -> str:
+    """Null-safe equality on every business key: ``t.`k` <=> s.`k` AND ...``."""
+    keys = list(keys)
+    if not keys:
+        raise UnsafeSQLError("a merge needs at least one business key")
+    ta, sa = quote_identifier(target_alias), quote_identifier(source_alias)
+    return " AND ".join(f"{ta}.{quote_identifier(k)} <=> {sa}.{quote_identifier(k)}" for k in keys)
+
+
+def restore_statement(table: TableRef, version: int) -> str:
+    """``RESTORE TABLE <ref> TO VERSION AS OF n``."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise UnsafeSQLError(f"version {version!r} is not a non-negative integer")
+    return f"RESTORE TABLE {table.sql} TO VERSION AS OF {version}"
+
+
+def check_expression(expr: str) -> str:
+    """Accept a single SQL expression from a plan; refuse statement separators and comments."""
+    if not isinstance(expr, str) or not expr.strip():
+        raise UnsafeSQLError("empty expression")
+    if _EXPR_FORBIDDEN.search(expr):
+        raise UnsafeSQLError(
+            f"expression {expr!r} contains ';', a comment or a backquote; "
+            "write one plain SQL expression over plain column names"
+        )
+    return expr.strip()
