@@ -1,0 +1,46 @@
+"""Shared fixtures: one local Spark + Delta session per test process, a temp lake per test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """Session-scoped local Delta session: 2 cores, few shuffle partitions, UI off."""
+    from sparkguard.session import local_session_builder
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = local_session_builder(
+        "sparkguard-tests",
+        extra={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
+               "spark.driver.memory": "2g",
+               "spark.databricks.delta.snapshotPartitions": "2",
+               "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2"},
+    ).getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    """A fresh folder for one test's tables."""
+    root = tmp_path / "lake"
+    root.mkdir()
+    return root
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)

@@ -1,0 +1,54 @@
+"""Test helpers: build the small demo lake once, copy it per test, rewrite and approve plans."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sparkguard.demo import START, demo_plan
+from sparkguard.plan.approvals import record_approval
+
+DAYS, ROWS_PER_DAY, WINDOW_START, WINDOW_DAYS = 6, 200, 2, 3
+WINDOW = [START + dt.timedelta(days=WINDOW_START + i) for i in range(WINDOW_DAYS)]
+
+
+def build_base(spark: Any, root: Path) -> Path:
+    """Generate the small demo lake (no approvals) under ``root``."""
+    from sparkguard.demo import generate_lake
+
+    generate_lake(spark, root, days=DAYS, rows_per_day=ROWS_PER_DAY, window_start=WINDOW_START,
+                  window_days=WINDOW_DAYS, approve=False)
+    return root
+
+
+def copy_lake(base: Path, dest: Path) -> Path:
+    """Copy the base lake's tables (Delta logs hold relative paths) to ``dest``."""
+    for sub in ("source", "target"):
+        shutil.copytree(base / sub, dest / sub)
+    return dest
+
+
+def write_plan(root: Path, mutate: Callable[[dict[str, Any]], None] | None = None,
+               approve: bool = True, name: str = "plan.yaml",
+               promotion: str = "replace_where") -> Path:
+    """Write the demo plan for ``root`` (optionally mutated) and approve it by two people."""
+    data = demo_plan(root, WINDOW, promotion=promotion)
+    if mutate:
+        mutate(data["backfill_plan"])  # type: ignore[arg-type]
+    path = root / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    if approve:
+        record_approval(path, "data-platform-owner", "alice@example.com")
+        record_approval(path, "downstream-owner", "bob@example.com")
+    return path
+
+
+def set_transform(sql: str) -> Callable[[dict[str, Any]], None]:
+    def mutate(plan: dict[str, Any]) -> None:
+        plan["targets"][0]["transform"] = {"sql": sql}
+    return mutate
