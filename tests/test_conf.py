@@ -1,0 +1,239 @@
+"""conf/: the Databricks Asset Bundle, the local spark-defaults.conf, and the table names a
+plan may use on Databricks (Unity Catalog three-part names, paths)."""
+
+from __future__ import annotations
+
+import glob
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomllib
+import yaml
+
+from sparkguard.cli import build_parser
+from sparkguard.sql import TableRef, UnsafeSQLError, restore_statement
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+VAR_RE = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
+JOB_PARAM_RE = re.compile(r"\{\{job\.parameters\.([A-Za-z0-9_]+)\}\}")
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict), f"{path} is not a YAML mapping"
+    return data
+
+
+@pytest.fixture(scope="module")
+def bundle() -> dict[str, Any]:
+    return _yaml(CONF / "databricks.yml")
+
+
+@pytest.fixture(scope="module")
+def resource_files(bundle: dict[str, Any]) -> list[Path]:
+    files = sorted(Path(p) for pattern in bundle["include"]
+                   for p in glob.glob(str(CONF / pattern)))
+    assert files, "the bundle's include globs match no resource file"
+    return files
+
+
+@pytest.fixture(scope="module")
+def jobs(resource_files: list[Path]) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """Every job of the bundle: key -> (file it is declared in, its definition)."""
+    found: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for path in resource_files:
+        for key, job in _yaml(path)["resources"]["jobs"].items():
+            assert key not in found, f"job {key} declared twice"
+            found[key] = (path, job)
+    return found
+
+
+def _pyproject_pins() -> dict[str, str]:
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = {}
+    for dep in deps:
+        m = re.match(r"^([A-Za-z0-9_.-]+)\s*(.*)$", dep)
+        assert m, dep
+        pins[m.group(1).lower()] = m.group(2).replace(" ", "")
+    return pins
+
+
+# -- the bundle -------------------------------------------------------------------------------
+
+def test_bundle_has_a_name_targets_and_both_jobs(bundle: dict[str, Any],
+                                                 jobs: dict[str, Any]) -> None:
+    assert bundle["bundle"]["name"] == "sparkguard"
+    assert set(bundle["targets"]) == {"dev", "prod"}
+    assert bundle["targets"]["dev"].get("default") is True
+    assert bundle["targets"]["prod"]["mode"] == "production"
+    assert set(jobs) == {"sparkguard_backfill", "sparkguard_rollback"}
+
+
+def test_every_variable_used_is_declared(bundle: dict[str, Any],
+                                         resource_files: list[Path]) -> None:
+    declared = set(bundle["variables"])
+    for path in [CONF / "databricks.yml", *resource_files]:
+        used = set(VAR_RE.findall(path.read_text(encoding="utf-8")))
+        assert used <= declared, f"{path.name} uses undeclared variables {used - declared}"
+    for name, target in bundle["targets"].items():
+        assert set(target.get("variables", {})) <= declared, name
+
+
+def test_cluster_runs_a_runtime_matching_the_pinned_spark(bundle: dict[str, Any],
+                                                          jobs: dict[str, Any]) -> None:
+    runtime = bundle["variables"]["spark_version"]["default"]
+    pins = _pyproject_pins()
+    assert pins["pyspark"].startswith("==4.0.")
+    # Databricks Runtime 17.x is Spark 4.0 (Scala 2.13 only)
+    assert re.fullmatch(r"17\.\d+\.x-scala2\.13", runtime), runtime
+    for key, (_, job) in jobs.items():
+        clusters = {c["job_cluster_key"]: c["new_cluster"] for c in job["job_clusters"]}
+        for task in job["tasks"]:
+            cluster = clusters[task["job_cluster_key"]]
+            assert cluster["spark_version"] == "${var.spark_version}", key
+            assert cluster["node_type_id"] == "${var.node_type_id}", key
+            assert cluster["data_security_mode"] == "SINGLE_USER", key  # Unity Catalog access
+
+
+@pytest.mark.parametrize("key", ["sparkguard_backfill", "sparkguard_rollback"])
+def test_jobs_never_run_twice_at_once(jobs: dict[str, Any], key: str) -> None:
+    assert jobs[key][1]["max_concurrent_runs"] == 1
+
+
+@pytest.mark.parametrize(("key", "script"), [("sparkguard_backfill", "jobs/backfill.py"),
+                                              ("sparkguard_rollback", "jobs/rollback.py")])
+def test_task_runs_the_entry_point_that_the_bundle_syncs(bundle: dict[str, Any],
+                                                         jobs: dict[str, Any], key: str,
+                                                         script: str) -> None:
+    path, job = jobs[key]
+    (task,) = job["tasks"]
+    python_file = (path.parent / task["spark_python_task"]["python_file"]).resolve()
+    assert python_file == ROOT / script and python_file.is_file()
+    synced = [(CONF / p).resolve() for p in bundle["sync"]["paths"]]
+    assert all(p.is_dir() for p in synced)
+    assert any(python_file.is_relative_to(p) for p in synced), "entry point not deployed"
+    assert any((p / "cli.py").is_file() and p.name == "sparkguard" for p in synced), \
+        "the sparkguard package is not deployed next to jobs/"
+
+
+@pytest.mark.parametrize(("key", "command", "flag", "param"), [
+    ("sparkguard_backfill", "run", "--plan", "plan"),
+    ("sparkguard_rollback", "rollback", "--run-id", "run_id"),
+])
+def test_job_parameters_are_wired_to_cli_flags(jobs: dict[str, Any], key: str, command: str,
+                                               flag: str, param: str) -> None:
+    _, job = jobs[key]
+    declared = {p["name"]: p["default"] for p in job["parameters"]}
+    (task,) = job["tasks"]
+    args = [str(a) for a in task["spark_python_task"]["parameters"]]
+    assert args[args.index(flag) + 1] == "{{job.parameters." + param + "}}"
+    used = {m for a in args for m in JOB_PARAM_RE.findall(a)}
+    assert used == set(declared), f"parameters declared {set(declared)} but used {used}"
+    # the same argv, with values in place of the templates, is accepted by the CLI
+    values = {name: f"/Volumes/main/sg/{name}" for name in declared}
+    argv = [JOB_PARAM_RE.sub(lambda m: values[m.group(1)], a) for a in args]
+    ns = build_parser().parse_args([command, *argv])
+    assert getattr(ns, param) == values[param]
+    assert ns.home == values["home"]
+
+
+def test_libraries_come_from_pypi_and_never_replace_the_runtimes_spark(
+        jobs: dict[str, Any]) -> None:
+    pins = _pyproject_pins()
+    for key, (_, job) in jobs.items():
+        (task,) = job["tasks"]
+        packages = [lib["pypi"]["package"].replace(" ", "") for lib in task["libraries"]]
+        names = {re.split(r"[<>=!~]", p, maxsplit=1)[0].lower() for p in packages}
+        assert names.isdisjoint({"pyspark", "delta-spark", "sparkguard"}), key
+        for package in packages:
+            name = re.split(r"[<>=!~]", package, maxsplit=1)[0].lower()
+            assert name in pins, f"{key}: {name} is not a dependency in pyproject.toml"
+            assert package == name + pins[name], f"{key}: {package} drifted from pyproject"
+
+
+# -- local spark-submit defaults --------------------------------------------------------------
+
+def _spark_defaults() -> dict[str, str]:
+    conf = {}
+    for line in (CONF / "spark-defaults.conf").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, value = shlex.split(line)
+            conf[key] = value
+    return conf
+
+
+def test_spark_defaults_bring_the_pinned_delta_and_its_catalog() -> None:
+    from sparkguard.session import DELTA_CONFS
+
+    conf = _spark_defaults()
+    delta = _pyproject_pins()["delta-spark"].removeprefix("==")
+    assert conf["spark.jars.packages"] == f"io.delta:delta-spark_2.13:{delta}"
+    for key, value in DELTA_CONFS.items():
+        assert conf[key] == value
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_pyspark_and_delta_pins_pair_by_minor_version() -> None:
+    pins = _pyproject_pins()
+    spark, delta = pins["pyspark"].removeprefix("=="), pins["delta-spark"].removeprefix("==")
+    assert spark.split(".")[:2] == delta.split(".")[:2]
+
+
+# -- table names on Databricks ----------------------------------------------------------------
+
+def test_unity_catalog_three_part_name_is_a_catalog_table() -> None:
+    ref = TableRef.parse("main.sales.orders")
+    assert (ref.name, ref.path) == ("main.sales.orders", None)
+    assert ref.sql == "`main`.`sales`.`orders`"
+    assert restore_statement(ref, 7) == "RESTORE TABLE `main`.`sales`.`orders` TO VERSION AS OF 7"
+
+
+@pytest.mark.parametrize("path", [
+    "/Volumes/main/sales/lake/orders",
+    "s3://bucket/lake/orders",
+    "abfss://lake@account.dfs.core.windows.net/orders",
+    "gs://bucket/orders",
+    "dbfs:/mnt/lake/orders",
+    "./lake/orders",
+])
+def test_path_based_tables(path: str) -> None:
+    ref = TableRef.parse(path)
+    assert (ref.name, ref.path) == (None, path)
+    assert ref.sql == f"delta.`{path}`"
+
+
+@pytest.mark.parametrize("bad", ["a.b.c.d", "main.sales.orders; DROP TABLE x", "main.`x`",
+                                 "s3://bucket/or`ders", ""])
+def test_unsafe_names_are_refused(bad: str) -> None:
+    with pytest.raises(UnsafeSQLError):
+        TableRef.parse(bad)
+
+
+def test_active_session_is_used(spark: Any) -> None:
+    from sparkguard.session import get_or_create_session
+
+    assert get_or_create_session("anything") is spark
+
+
+def test_three_part_catalog_name_reads_versions_and_restores(spark: Any, lake: Path) -> None:
+    """``catalog.schema.table`` names work end to end against the session catalog, as Unity
+    Catalog names do on Databricks."""
+    from sparkguard import delta_ops
+
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS sg_conf_uc LOCATION '{lake / 'schema'}'")
+    try:
+        ref = TableRef.parse("spark_catalog.sg_conf_uc.orders")
+        spark.range(3).write.format("delta").saveAsTable(ref.name)
+        spark.range(5).write.format("delta").mode("overwrite").saveAsTable(ref.name)
+        assert delta_ops.table_exists(spark, ref)
+        assert delta_ops.current_version(spark, ref) == 1
+        assert delta_ops.read_version(spark, ref, 0).count() == 3
+        delta_ops.restore(spark, ref, 0)
+        assert delta_ops.current_version(spark, ref) == 2
+        assert sorted(r.id for r in delta_ops.read_table(spark, ref).collect()) == [0, 1, 2]
+    finally:
+        spark.sql("DROP SCHEMA IF EXISTS sg_conf_uc CASCADE")
