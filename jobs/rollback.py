@@ -3,7 +3,10 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Databricks may run a python file task where __file__ is undefined; its working
+# directory is then the file's own folder.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    globals().get("__file__") or os.path.join(os.getcwd(), "rollback.py")))))
 
 from sparkguard.cli import main
 
