@@ -51,6 +51,9 @@ def get_or_create_session(app_name: str = "sparkguard") -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    # On Databricks the runtime owns the session (and Delta); never add local settings to it.
+    if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        return SparkSession.builder.appName(app_name).getOrCreate()
     # spark-submit may have configured Delta already; if so, respect that configuration
     if os.environ.get("SPARK_ENV_LOADED") and os.environ.get("SPARKGUARD_USE_SUBMIT_CONF"):
         return SparkSession.builder.appName(app_name).getOrCreate()
