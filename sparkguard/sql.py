@@ -29,6 +29,11 @@ __all__ = [
 IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _PATH_FORBIDDEN = re.compile(r"[`'\"\\;\x00-\x1f\x7f]")
 _EXPR_FORBIDDEN = re.compile(r";|--|/\*|\*/|`")
+_EXPR_SUBQUERY = re.compile(r"(?i)\bselect\b")
+# String partition values made only of these characters are rendered as plain '...' literals;
+# any other value is rendered from its UTF-8 bytes, which no parser setting can misread.
+_PLAIN_STRING = re.compile(r"^[A-Za-z0-9 _.:/=+@,-]*$")
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 class UnsafeSQLError(ValueError):
@@ -104,20 +109,21 @@ def parse_partition_value(value: object, ptype: PartitionType) -> object:
             return value.date()
         if isinstance(value, dt.date):
             return value
-        if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        if isinstance(value, str) and re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", value):
             try:
                 return dt.date.fromisoformat(value)
             except ValueError as exc:
                 raise UnsafeSQLError(f"{value!r} is not a calendar date") from exc
         raise UnsafeSQLError(f"{value!r} is not a date in YYYY-MM-DD form")
     if ptype is PartitionType.INT:
-        if isinstance(value, bool):
-            raise UnsafeSQLError(f"{value!r} is not an integer")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, str) and re.fullmatch(r"-?\d{1,19}", value):
-            return int(value)
-        raise UnsafeSQLError(f"{value!r} is not an integer")
+        number: int | None = None
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,19}", value):
+            number = int(value)
+        if number is None or not _INT64[0] <= number <= _INT64[1]:
+            raise UnsafeSQLError(f"{value!r} is not a 64-bit integer")
+        return number
     if isinstance(value, str | int | dt.date) and not isinstance(value, bool):
         text = value.isoformat() if isinstance(value, dt.date) else str(value)
         if any(ord(c) < 32 or ord(c) == 127 for c in text):
@@ -135,8 +141,9 @@ def render_literal(value: object, ptype: PartitionType) -> str:
     if ptype is PartitionType.INT:
         return str(typed)
     assert isinstance(typed, str)
-    escaped = typed.replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
+    if _PLAIN_STRING.match(typed):
+        return f"'{typed}'"
+    return f"CAST(X'{typed.encode('utf-8').hex().upper()}' AS STRING)"
 
 
 def window_predicate(column: str, ptype: PartitionType, values: Sequence[object],
@@ -176,5 +183,10 @@ def check_expression(expr: str) -> str:
         raise UnsafeSQLError(
             f"expression {expr!r} contains ';', a comment or a backquote; "
             "write one plain SQL expression over plain column names"
+        )
+    if _EXPR_SUBQUERY.search(expr):
+        raise UnsafeSQLError(
+            f"expression {expr!r} contains a subquery (SELECT); "
+            "write one expression over the columns of the row"
         )
     return expr.strip()
