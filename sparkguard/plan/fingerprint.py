@@ -11,16 +11,20 @@ __all__ = ["canonical_content", "fingerprint"]
 
 
 def canonical_content(plan: BackfillPlan) -> str:
-    """Canonical JSON of everything except granted approvals and ``status``.
+    """Canonical JSON of the validated plan, minus what is not content.
 
-    Formatting, comments and key order do not change it; any change of meaning does,
-    including the list of required approval roles.
+    Excluded: ``approvals.granted`` (approvals cannot approve themselves), ``status`` and
+    ``execution.dry_run_completed`` (self-declared claims; sparkguard's ledger holds the facts).
+    Kept: everything else, defaults included, and in particular ``approvals.required`` and
+    ``approvals.owner_may_self_approve``: dropping a reviewer or relaxing the policy is an edit
+    that must invalidate the approvals given under the stricter plan. Formatting, comments, key
+    order and equivalent spellings of a value (``2026-05-01`` / ``"2026-05-01T00:00:00Z"``) do
+    not change it, because it is computed from the validated, normalised models.
     """
     data = plan.model_dump(mode="json")
     data.pop("status", None)
-    data.get("approvals", {}).pop("granted", None)
-    # the self-declared claims are not content: the ledger proves them
-    data.get("execution", {}).pop("dry_run_completed", None)
+    data["approvals"].pop("granted", None)
+    data["execution"].pop("dry_run_completed", None)
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 

@@ -1,7 +1,12 @@
-"""Load a plan from YAML into models, collecting every problem before failing."""
+"""Load a plan from YAML into models, collecting every problem before failing.
+
+Every problem becomes one line ``file: backfill_plan.a.b: message (got 'v'); fix``.
+"""
 
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,63 +14,132 @@ import yaml
 from pydantic import ValidationError
 
 from sparkguard.errors import PlanError, PlanProblem
-from sparkguard.plan.model import ApprovalRecord, BackfillPlan, PlanDocument
+from sparkguard.plan.model import ApprovalRecord, BackfillPlan, PlanDocument, field_names
+from sparkguard.sql import UnsafeSQLError
 
-__all__ = ["approvals_path", "load_plan", "load_plan_text", "problems_from_validation"]
+__all__ = ["MAX_PLAN_BYTES", "approvals_path", "load_plan", "load_plan_text", "parse_yaml",
+           "problems_from_validation", "yaml_path"]
 
 MAX_PLAN_BYTES = 1_000_000
+TEMPLATE = "templates/backfill-plan.yaml"
+_ROOT = "backfill_plan"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys instead of keeping the last one."""
+    """SafeLoader that refuses duplicate and unhashable mapping keys."""
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
     seen: set[object] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-        if key in seen:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
+                None, None, "a mapping key is a list or mapping", key_node.start_mark) from None
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark)
     return loader.construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping  # type: ignore[arg-type]
-)
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 _FIXES = {
-    "extra_forbidden": "remove it or check its spelling against templates/backfill-plan.yaml",
-    "missing": "add it (see templates/backfill-plan.yaml)",
+    "extra_forbidden": f"remove it or check its spelling against {TEMPLATE}",
+    "missing": f"add it (see {TEMPLATE})",
     "enum": "use one of the listed values",
     "literal_error": "use one of the listed values",
+    "greater_than_equal": "use a value in the allowed range",
+    "less_than_equal": "use a value in the allowed range",
+    "greater_than": "use a value in the allowed range",
+    "less_than": "use a value in the allowed range",
+    "too_short": "add at least one entry",
+    "too_long": "shorten it",
+    "string_too_short": "fill it in",
+    "string_too_long": "shorten it",
+    "string_pattern_mismatch": f"see the allowed form in {TEMPLATE}",
+    "string_type": "write a plain string",
+    "bool_type": "write true or false",
+    "bool_parsing": "write true or false",
+    "int_type": "write a whole number",
+    "int_parsing": "write a whole number",
+    "int_from_float": "write a whole number",
+    "float_type": "write a number",
+    "float_parsing": "write a number",
+    "finite_number": "write a finite number",
+    "list_type": "write a YAML list ('- item' lines)",
+    "model_type": "write a mapping ('key: value' lines)",
+    "dict_type": "write a mapping ('key: value' lines)",
+    "datetime_type": "write a timestamp like 2026-05-01T00:00:00Z",
+    "datetime_parsing": "write a timestamp like 2026-05-01T00:00:00Z",
+    "datetime_from_date_parsing": "write a timestamp like 2026-05-01T00:00:00Z",
+    "date_type": "write a date like 2026-05-01",
+    "date_parsing": "write a date like 2026-05-01",
+    "date_from_datetime_parsing": "write a date like 2026-05-01",
 }
+_MESSAGES = {
+    "model_type": "must be a mapping",
+    "dict_type": "must be a mapping",
+    "list_type": "must be a list",
+    "missing": "is required",
+    "extra_forbidden": "is not a known field",
+}
+# Parts pydantic adds to an error location that are not YAML keys (union members, validators).
+_INTERNAL_PART = re.compile(
+    r"^(dataset-name|target-spec|str|int|float|bool|date|datetime|TargetSpec|"
+    r"function-.*|.*\[.*)$")
 
 
-def _yaml_path(loc: tuple[int | str, ...]) -> str:
+def yaml_path(loc: tuple[int | str, ...], keep_last: bool = False) -> str:
+    """A pydantic error location as a YAML path, without pydantic's internal parts.
+
+    ``('backfill_plan', 'targets', 0, 'target-spec', 'transform')`` becomes
+    ``backfill_plan.targets[0].transform``.
+
+    ``keep_last`` keeps the final part verbatim (it is the user's key of an unknown-field error).
+    """
     out = ""
-    for part in loc:
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
-            # union members show up as type names in pydantic's loc; they are not YAML keys
-            if part in ("str", "TargetSpec", "function-after[_v_targets(), list[union[str,TargetSpec]]]"):
-                continue
-            if part.startswith(("function-", "union[")):
-                continue
+        elif (keep_last and last) or not _INTERNAL_PART.match(part):
             out += ("." if out else "") + part
     return out
 
 
+def _fix_for(err: Any) -> str:
+    ctx = err.get("ctx") or {}
+    exc = ctx.get("error")
+    fix = getattr(exc, "fix", "")
+    if fix:
+        return str(fix)
+    if isinstance(exc, UnsafeSQLError):
+        return "use plain names (letters, digits, '_') and plain literals; see " + TEMPLATE
+    if err["type"] == "extra_forbidden":
+        key = str(err["loc"][-1])
+        if key in field_names():
+            return "it is a field of another section: check its indentation"
+        close = difflib.get_close_matches(key, sorted(field_names()), n=1, cutoff=0.75)
+        if close:
+            return f"did you mean '{close[0]}'? otherwise remove it"
+    return _FIXES.get(err["type"], f"see {TEMPLATE}")
+
+
 def problems_from_validation(exc: ValidationError) -> list[PlanProblem]:
-    """One PlanProblem per pydantic error, with YAML paths and a fix."""
+    """One PlanProblem per pydantic error, with clean YAML paths, the bad value and a fix."""
     problems: list[PlanProblem] = []
     seen: set[tuple[str, str]] = set()
     for err in exc.errors(include_url=False):
-        path = _yaml_path(tuple(err["loc"]))
-        msg = str(err["msg"]).removeprefix("Value error, ")
+        path = yaml_path(tuple(err["loc"]), keep_last=err["type"] == "extra_forbidden")
+        msg = _MESSAGES.get(err["type"]) or str(err["msg"]).removeprefix("Value error, ")
+        fix = _fix_for(err)
+        if err["type"] == "model_type" and err["loc"][-1] == "target-spec":
+            msg = "must be a dataset name or a target mapping"
+            fix = "write a table name or path, or a mapping {dataset, business_keys, transform}"
         key = (path, msg)
         if key in seen:
             continue
@@ -73,7 +147,7 @@ def problems_from_validation(exc: ValidationError) -> list[PlanProblem]:
         value = err.get("input") if err["type"] != "missing" else None
         if isinstance(value, dict | list):
             value = None
-        problems.append(PlanProblem(path, msg, value, _FIXES.get(err["type"], "")))
+        problems.append(PlanProblem(path, msg, value, fix))
     return problems
 
 
@@ -83,50 +157,124 @@ def approvals_path(plan_path: str | Path) -> Path:
     return p.with_name(p.name + ".approvals.yaml")
 
 
-def load_plan_text(text: str, source: str = "<plan>") -> BackfillPlan:
-    """Parse and validate plan YAML text; raise PlanError listing every problem."""
+def _refuse(source: str, message: str, fix: str, path: str = _ROOT, value: object = None
+            ) -> PlanError:
+    return PlanError(source, [PlanProblem(path, message, value, fix)])
+
+
+def _has_alias(text: str) -> bool:
+    try:
+        return any(isinstance(ev, yaml.AliasEvent)
+                   for ev in yaml.parse(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError:
+        return False  # the real load reports the syntax error with its position
+
+
+def parse_yaml(text: str, source: str = "<plan>") -> Any:
+    """YAML text -> Python data, refusing what a plan never needs (aliases, odd keys)."""
     if len(text.encode("utf-8", "replace")) > MAX_PLAN_BYTES:
-        raise PlanError(source, [PlanProblem("backfill_plan", "plan file is larger than 1 MB",
-                                             fix="a plan is a short YAML document")])
+        raise _refuse(source, "plan file is larger than 1 MB", "a plan is a short YAML document")
+    if _has_alias(text):
+        raise _refuse(source, "YAML anchors and aliases (&name / *name) are not allowed in a plan",
+                      "write every value out in full")
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise PlanError(source, [PlanProblem("backfill_plan", f"not valid YAML{where}: {problem}",
-                                             fix="fix the YAML syntax")]) from None
-    if not isinstance(data, dict) or "backfill_plan" not in data:
-        raise PlanError(source, [PlanProblem(
-            "backfill_plan", "the document has no top-level 'backfill_plan:' mapping",
-            fix="start the file with 'backfill_plan:' as in templates/backfill-plan.yaml")])
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise _refuse(source, f"not valid YAML{where}: {problem}", "fix the YAML syntax") from None
+    except (ValueError, OverflowError) as exc:  # e.g. an unquoted 2026-13-45 timestamp
+        raise _refuse(source, f"a value cannot be read: {exc}",
+                      "quote dates and timestamps and check they exist") from None
+    except RecursionError:
+        raise _refuse(source, "the YAML is nested too deeply", "a plan is a shallow document") \
+            from None
+    return data
+
+
+def _key_problems(data: Any, path: str, out: list[PlanProblem], depth: int = 0) -> None:
+    """Mapping keys must be strings: YAML turns ``on:``/``yes:`` into booleans, ``1:`` into ints."""
+    if depth > 20:
+        out.append(PlanProblem(path, "nested too deeply", fix="a plan is a shallow document"))
+        return
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if not isinstance(key, str):
+                out.append(PlanProblem(f"{path}.{key!s}" if path else str(key),
+                                       f"key {key!r} is not a string", key,
+                                       "quote the key or check its spelling"))
+                continue
+            _key_problems(value, f"{path}.{key}" if path else key, out, depth + 1)
+    elif isinstance(data, list):
+        for i, item in enumerate(data):
+            _key_problems(item, f"{path}[{i}]", out, depth + 1)
+
+
+def load_plan_text(text: str, source: str = "<plan>") -> BackfillPlan:
+    """Parse and validate plan YAML text; raise PlanError listing every problem."""
+    data = parse_yaml(text, source)
+    if not isinstance(data, dict) or _ROOT not in data:
+        got = type(data).__name__ if not isinstance(data, dict) else f"keys {sorted(map(str, data))}"
+        raise _refuse(source, f"the document has no top-level '{_ROOT}:' mapping (got {got})",
+                      f"start the file with '{_ROOT}:' as in {TEMPLATE}")
+    problems: list[PlanProblem] = []
+    _key_problems(data, "", problems)
+    if problems:
+        raise PlanError(source, problems)
     try:
         return PlanDocument.model_validate(data).backfill_plan
     except ValidationError as exc:
         raise PlanError(source, problems_from_validation(exc)) from None
 
 
-def _sidecar_approvals(path: Path) -> list[ApprovalRecord]:
-    side = approvals_path(path)
+def _read_text(path: Path, source: str) -> str:
+    try:
+        if path.stat().st_size > MAX_PLAN_BYTES:
+            raise _refuse(source, "file is larger than 1 MB", "a plan is a short YAML document")
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _refuse(source, f"file is not UTF-8 text (byte {exc.start})",
+                      "save the plan as UTF-8") from None
+    except OSError as exc:
+        raise _refuse(source, f"file cannot be read: {exc.strerror}",
+                      "check the path and its permissions") from None
+
+
+def read_sidecar(plan_path: str | Path) -> list[ApprovalRecord]:
+    """The approvals recorded beside the plan by ``sparkguard approve`` (validated)."""
+    side = approvals_path(plan_path)
     if not side.exists():
         return []
-    try:
-        data = yaml.safe_load(side.read_text(encoding="utf-8")) or {}
-        return [ApprovalRecord.model_validate(r) for r in data.get("approvals", [])]
-    except (yaml.YAMLError, ValidationError, AttributeError) as exc:
-        raise PlanError(str(side), [PlanProblem(
-            "approvals", f"approvals file is malformed: {exc}".splitlines()[0],
-            fix="delete it and record approvals again with 'sparkguard approve'")]) from None
+    fix = "delete it and record approvals again with 'sparkguard approve'"
+    data = parse_yaml(_read_text(side, str(side)), str(side))
+    if data is None:
+        return []
+    if not isinstance(data, dict) or set(data) != {"approvals"} \
+            or not isinstance(data["approvals"], list):
+        raise _refuse(str(side), "approvals file must hold one key 'approvals:' with a list", fix,
+                      path="approvals")
+    records: list[ApprovalRecord] = []
+    problems: list[PlanProblem] = []
+    for i, rec in enumerate(data["approvals"]):
+        try:
+            records.append(ApprovalRecord.model_validate(rec))
+        except ValidationError as exc:
+            for p in problems_from_validation(exc):
+                problems.append(PlanProblem(f"approvals[{i}].{p.path}".rstrip("."), p.message,
+                                            p.value, fix))
+    if problems:
+        raise PlanError(str(side), problems)
+    return records
 
 
 def load_plan(path: str | Path) -> BackfillPlan:
     """Load a plan file and merge in the approvals recorded beside it."""
     p = Path(path)
     if not p.is_file():
-        raise PlanError(str(path), [PlanProblem("backfill_plan", "plan file not found",
-                                                fix="pass the path of an existing plan YAML")])
-    plan = load_plan_text(p.read_text(encoding="utf-8"), str(path))
-    extra = _sidecar_approvals(p)
+        raise _refuse(str(path), "plan file not found", "pass the path of an existing plan YAML")
+    plan = load_plan_text(_read_text(p, str(path)), str(path))
+    extra = read_sidecar(p)
     if extra:
         approvals = plan.approvals.model_copy(update={"granted": [*plan.approvals.granted, *extra]})
         plan = plan.model_copy(update={"approvals": approvals})
