@@ -1,20 +1,29 @@
-"""The guard's static red flags (no Spark): everything a plan must say before it can run."""
+"""The guard's static red flags (no Spark): everything a plan must say before it can run.
+
+Each rule has a stable code (see :data:`RULES`); :func:`static_findings` returns every finding
+with its severity. ``BLOCK`` stops ``guard`` (exit 2), ``approve`` and ``run``; ``WARN`` and
+``INFO`` are reported. Self-declared claims in the plan (``dry_run_completed``,
+``publish_paused``, ``status.state``) are never taken as proof: they are reported as INFO and
+sparkguard establishes the facts itself (ledger, publish control table).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import PurePosixPath
+from urllib.parse import urlsplit
 
 from sparkguard.errors import PlanProblem
-from sparkguard.plan.approvals import approval_problems
-from sparkguard.plan.model import BackfillPlan, CheckType, TargetSpec
+from sparkguard.plan.approvals import approval_issues
+from sparkguard.plan.model import BackfillPlan, Check, CheckType, TargetSpec
 from sparkguard.sql import PartitionType, TableRef, UnsafeSQLError
 
-__all__ = ["Finding", "Severity", "blocking", "render_findings", "static_findings",
-           "target_order", "window_partitions"]
+__all__ = ["RULES", "Finding", "Severity", "approvable_findings", "blocking", "render_findings",
+           "static_findings", "target_order", "window_partitions"]
 
 
 class Severity(str, Enum):
@@ -23,6 +32,55 @@ class Severity(str, Enum):
     BLOCK = "block"
     WARN = "warn"
     INFO = "info"
+
+
+# code -> (severity, what the rule catches). The live rules are listed in guard_live.LIVE_RULES.
+RULES: dict[str, tuple[Severity, str]] = {
+    "template_incomplete": (Severity.BLOCK, "a seed template field is empty (name, owner, reason, "
+                            "source_of_truth, targets, execution.mode/write_strategy)"),
+    "partitioning_missing": (Severity.BLOCK, "partition column and type not declared"),
+    "window_unbounded": (Severity.BLOCK, "affected_window.start_utc or end_utc missing"),
+    "window_inverted": (Severity.BLOCK, "end_utc (exclusive) not after start_utc"),
+    "window_too_large": (Severity.BLOCK, "more partitions than affected_window.max_partitions"),
+    "window_empty": (Severity.BLOCK, "the window has no partitions"),
+    "window_not_aligned": (Severity.WARN, "a date window bound is not at midnight UTC"),
+    "partitions_inconsistent": (Severity.BLOCK, "listed partitions differ from [start_utc, "
+                                "end_utc) (end exclusive)"),
+    "partition_value_invalid": (Severity.BLOCK, "a partition value is not a literal of the "
+                                "partition type"),
+    "partition_column_mismatch": (Severity.BLOCK, "'col=value' partitions name another column "
+                                  "than partitioning.column"),
+    "partitions_duplicated": (Severity.WARN, "a partition is listed twice"),
+    "publish_not_paused": (Severity.BLOCK, "safeguards.publish_paused is not true"),
+    "no_notifications": (Severity.BLOCK, "no downstream owner to notify"),
+    "rollback_missing": (Severity.BLOCK, "no rollback strategy"),
+    "not_idempotent": (Severity.BLOCK, "execution.idempotent is not true"),
+    "no_proof_slice": (Severity.BLOCK, "execution.proof_slice is false"),
+    "thresholds_undefined": (Severity.BLOCK, "no checks, or a parity/metric check without "
+                             "threshold"),
+    "gate_missing": (Severity.BLOCK, "no row_count_parity or no duplicate_check"),
+    "metric_gate_missing": (Severity.WARN, "no metric_reconciliation check"),
+    "metric_undefined": (Severity.BLOCK, "metric check without name or per-side expression"),
+    "check_duplicated": (Severity.BLOCK, "row_count_parity twice or a metric name twice"),
+    "check_field_ignored": (Severity.WARN, "a check field that its type does not use"),
+    "keys_mismatch": (Severity.WARN, "duplicate_check keys differ from business_keys"),
+    "target_incomplete": (Severity.BLOCK, "a target given as a bare name (seed shape)"),
+    "target_duplicated": (Severity.BLOCK, "a target or target name listed twice"),
+    "source_is_target": (Severity.BLOCK, "the source of truth is also a target"),
+    "no_shadow": (Severity.BLOCK, "shadow location is, contains or lies inside a source/target"),
+    "path_outside_roots": (Severity.BLOCK, "a path outside SPARKGUARD_ALLOWED_ROOTS"),
+    "relative_path": (Severity.WARN, "a relative path (resolved against the driver's cwd)"),
+    "target_dependencies": (Severity.BLOCK, "depends_on names an unknown target or a cycle"),
+    "transform_placeholder": (Severity.BLOCK, "transform SQL misses {source}/{window} or names "
+                              "an unknown placeholder"),
+    "claim_untrusted": (Severity.INFO, "a self-declared claim sparkguard verifies itself"),
+    "approvals_undefined": (Severity.BLOCK, "approvals.required is empty"),
+    "approvals_missing": (Severity.BLOCK, "a required role has not approved"),
+    "approval_stale": (Severity.BLOCK, "a role approved an earlier fingerprint"),
+    "owner_self_approval": (Severity.BLOCK, "the owner is the only approver"),
+}
+_APPROVAL_CODES = frozenset({"approvals_undefined", "approvals_missing", "approval_stale",
+                             "owner_self_approval"})
 
 
 @dataclass(frozen=True)
@@ -36,6 +94,7 @@ class Finding:
     fix: str = ""
 
     def render(self, source: str) -> str:
+        """``[BLOCK] code: plan.yaml: backfill_plan.x: message; fix: ...``."""
         fix = f"; fix: {self.fix}" if self.fix else ""
         return f"[{self.severity.value.upper():5}] {self.code}: {source}: {self.path}: " \
                f"{self.message}{fix}"
@@ -45,10 +104,12 @@ class Finding:
 
 
 def blocking(findings: Sequence[Finding]) -> list[Finding]:
+    """The findings that stop the run."""
     return [f for f in findings if f.severity is Severity.BLOCK]
 
 
 def render_findings(findings: Sequence[Finding], source: str) -> str:
+    """Every finding, one line each, blocking ones first."""
     order = {Severity.BLOCK: 0, Severity.WARN: 1, Severity.INFO: 2}
     return "\n".join(f.render(source) for f in sorted(findings, key=lambda f: order[f.severity]))
 
@@ -57,10 +118,13 @@ P = "backfill_plan"
 
 
 def window_partitions(plan: BackfillPlan) -> list[object]:
-    """The window's partitions: as listed, or derived from [start_utc, end_utc) for dates."""
+    """The window's typed partitions: as listed, or derived from [start_utc, end_utc) for dates.
+
+    Raises UnsafeSQLError when a listed value is not a literal of the partition type.
+    """
     listed = plan.partition_values()
     if listed:
-        return sorted(dict.fromkeys(listed), key=str)
+        return sorted(dict.fromkeys(listed))  # type: ignore[type-var]
     if plan.partitioning and plan.partitioning.type is PartitionType.DATE:
         return list(plan.window_partitions_from_range() or [])
     return []
@@ -92,206 +156,344 @@ def target_order(plan: BackfillPlan) -> list[TargetSpec]:
     return order
 
 
-def _allowed_roots() -> list[str]:
+# -- paths ---------------------------------------------------------------------------------
+
+def allowed_roots() -> list[str]:
+    """``SPARKGUARD_ALLOWED_ROOTS``: ':'-separated local roots or URI prefixes (',' also works)."""
     raw = os.environ.get("SPARKGUARD_ALLOWED_ROOTS", "")
-    return [r for r in raw.split(":") if r]
+    out: list[str] = []
+    for chunk in raw.split(","):
+        # a URI root contains "://" whose ':' must not split it
+        out += [r for r in re.split(r":(?!//)", chunk.strip()) if r]
+    return out
 
 
-def _outside_roots(path: str, roots: list[str]) -> bool:
-    if not roots or "://" in path or path.startswith("dbfs:"):
+def _norm(path: str) -> tuple[str, str]:
+    """(scheme+authority, normalised absolute path) for a local path or a URI."""
+    if path.startswith("dbfs:") and "://" not in path:
+        path = "dbfs://" + path[len("dbfs:"):]
+    if "://" in path:
+        parts = urlsplit(path)
+        where = f"{parts.scheme.lower()}://{parts.netloc}"
+        if parts.scheme.lower() == "file":
+            where = ""
+        return where, os.path.normpath("/" + parts.path.lstrip("/"))
+    return "", os.path.realpath(os.path.abspath(path))
+
+
+def outside_roots(path: str, roots: Sequence[str]) -> bool:
+    """True when roots are configured and ``path`` is not one of them or below one."""
+    if not roots:
         return False
-    norm = os.path.normpath(os.path.abspath(path))
-    return not any(norm == os.path.normpath(os.path.abspath(r)) or
-                   norm.startswith(os.path.normpath(os.path.abspath(r)) + os.sep) for r in roots)
+    where, p = _norm(path)
+    for root in roots:
+        rwhere, rp = _norm(root)
+        if rwhere == where and (p == rp or p.startswith(rp.rstrip("/") + "/")):
+            return False
+    return True
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Same location, or one inside the other."""
+    (wa, pa), (wb, pb) = _norm(a), _norm(b)
+    if wa != wb:
+        return False
+    ppa, ppb = PurePosixPath(pa), PurePosixPath(pb)
+    return ppa == ppb or ppa in ppb.parents or ppb in ppa.parents
+
+
+# -- rules ---------------------------------------------------------------------------------
+
+class _Collector:
+    def __init__(self) -> None:
+        self.findings: list[Finding] = []
+
+    def add(self, code: str, path: str, msg: str, fix: str = "",
+            severity: Severity | None = None) -> None:
+        sev = severity or RULES[code][0]
+        self.findings.append(Finding(sev, code, f"{P}.{path}" if path else P, msg, fix))
+
+
+def _completeness(plan: BackfillPlan, c: _Collector) -> None:
+    for field, value in (("name", plan.name), ("owner", plan.owner), ("reason", plan.reason),
+                         ("source_of_truth.system", plan.source_of_truth.system),
+                         ("source_of_truth.dataset", plan.source_of_truth.dataset),
+                         ("execution.mode", plan.execution.mode),
+                         ("execution.write_strategy", plan.execution.write_strategy)):
+        if value is None:
+            c.add("template_incomplete", field, "is missing", "fill it in as the template shows")
+    if not plan.targets:
+        c.add("template_incomplete", "targets", "no targets", "list at least one target")
+
+
+def _window(plan: BackfillPlan, c: _Collector) -> None:
+    w = plan.affected_window
+    if plan.partitioning is None:
+        cols = sorted(set(plan.partition_prefixes()))
+        hint = f" (the partitions suggest column {cols[0]!r})" if len(cols) == 1 else ""
+        c.add("partitioning_missing", "partitioning",
+              f"the partition column and type are not declared{hint}",
+              "add partitioning: {column: <col>, type: date|string|int}")
+    elif plan.partition_prefixes():
+        others = sorted(set(plan.partition_prefixes()) - {plan.partitioning.column})
+        if others:
+            c.add("partition_column_mismatch", "affected_window.partitions",
+                  f"partitions name column(s) {others} but partitioning.column is "
+                  f"{plan.partitioning.column!r}", "make them name the same column")
+    bounded = w.start_utc is not None and w.end_utc is not None
+    if not bounded:
+        missing = [n for n, v in (("start_utc", w.start_utc), ("end_utc", w.end_utc)) if v is None]
+        c.add("window_unbounded", "affected_window." + missing[0],
+              f"{' and '.join(missing)} not set: the window is unbounded",
+              "bound the window: start_utc inclusive, end_utc exclusive")
+    elif w.end_utc <= w.start_utc:  # type: ignore[operator]
+        c.add("window_inverted", "affected_window.end_utc",
+              f"end_utc {w.end_utc:%Y-%m-%dT%H:%M:%SZ} is not after start_utc "
+              f"{w.start_utc:%Y-%m-%dT%H:%M:%SZ}",
+              "end_utc is exclusive and must be later than start_utc")
+    is_date = plan.partitioning is not None and plan.partitioning.type is PartitionType.DATE
+    if bounded and is_date:
+        for name, bound in (("start_utc", w.start_utc), ("end_utc", w.end_utc)):
+            assert bound is not None
+            if bound.hour or bound.minute or bound.second or bound.microsecond:
+                c.add("window_not_aligned", f"affected_window.{name}",
+                      f"{name} {bound:%Y-%m-%dT%H:%M:%SZ} is not midnight UTC; whole daily "
+                      "partitions are recomputed", "align the window to partition boundaries")
+    try:
+        listed = plan.partition_values()
+    except UnsafeSQLError as exc:
+        c.add("partition_value_invalid", "affected_window.partitions", str(exc),
+              "write partition values as plain literals of the partition type")
+        return
+    if len(set(listed)) != len(listed):
+        c.add("partitions_duplicated", "affected_window.partitions", "a partition is listed twice",
+              "list each partition once")
+    range_days = plan.range_days() if is_date and bounded else None
+    count = max(len(set(listed)), range_days or 0)
+    if count > w.max_partitions:
+        c.add("window_too_large", "affected_window",
+              f"{count} partitions exceed the plan's max_partitions {w.max_partitions}",
+              "split the backfill, or raise affected_window.max_partitions deliberately")
+        return
+    if plan.partitioning is not None and count == 0 and not any(
+            f.code.startswith("window_") for f in c.findings):
+        c.add("window_empty", "affected_window.partitions", "the window has no partitions",
+              "list the partitions (or give start_utc/end_utc for date partitions)")
+    if listed and range_days:
+        implied = set(plan.window_partitions_from_range() or [])
+        if set(listed) != implied:
+            extra = sorted(str(x) for x in set(listed) - implied)
+            missing = sorted(str(x) for x in implied - set(listed))
+            c.add("partitions_inconsistent", "affected_window.partitions",
+                  f"partitions disagree with [start_utc, end_utc): outside the range "
+                  f"{_few(extra)}, missing from the list {_few(missing)}",
+                  "end_utc is exclusive; make the list match the range")
+
+
+def _few(items: list[str], n: int = 5) -> str:
+    return str(items[:n])[:-1] + f", ... {len(items) - n} more]" if len(items) > n else str(items)
+
+
+def _safeguards(plan: BackfillPlan, c: _Collector) -> None:
+    if plan.safeguards.publish_paused is not True:
+        c.add("publish_not_paused", "safeguards.publish_paused",
+              "publish must be paused for the duration of the backfill",
+              "set publish_paused: true (sparkguard pauses and records it in its control table)")
+    if not plan.safeguards.downstream_notifications:
+        c.add("no_notifications", "safeguards.downstream_notifications",
+              "no downstream owner will be told that publish is paused",
+              "list the downstream owners")
+    if plan.safeguards.rollback_strategy is None:
+        c.add("rollback_missing", "safeguards.rollback_strategy", "no rollback strategy",
+              "describe the rollback (sparkguard records the Delta version to RESTORE)")
+    if plan.execution.idempotent is not True:
+        c.add("not_idempotent", "execution.idempotent",
+              "the write strategy is not declared idempotent",
+              "set idempotent: true; sparkguard proves it by writing the proof slice twice")
+    if not plan.execution.proof_slice:
+        c.add("no_proof_slice", "execution.proof_slice",
+              "a one-slice proof before the full window is mandatory", "set proof_slice: true")
+
+
+_IGNORED: dict[CheckType, tuple[str, ...]] = {
+    CheckType.ROW_COUNT_PARITY: ("metric", "key_columns", "source_expr", "shadow_expr"),
+    CheckType.DUPLICATE_CHECK: ("metric", "source_expr", "shadow_expr", "per_partition"),
+    CheckType.METRIC_RECONCILIATION: ("key_columns",),
+}
+
+
+def _checks(plan: BackfillPlan, c: _Collector) -> None:
+    checks = plan.validation.checks
+    if not checks:
+        c.add("thresholds_undefined", "validation.checks", "no reconciliation checks",
+              "add row_count_parity, duplicate_check and metric_reconciliation checks")
+        return
+    types = [k.type for k in checks]
+    for needed in (CheckType.ROW_COUNT_PARITY, CheckType.DUPLICATE_CHECK):
+        if needed not in types:
+            c.add("gate_missing", "validation.checks", f"no {needed.value} check",
+                  f"add a {needed.value} check (a minimum gate of the checklist)")
+    if CheckType.METRIC_RECONCILIATION not in types:
+        c.add("metric_gate_missing", "validation.checks", "no metric_reconciliation check",
+              "reconcile at least one business-critical aggregate")
+    if types.count(CheckType.ROW_COUNT_PARITY) > 1:
+        c.add("check_duplicated", "validation.checks", "row_count_parity is declared twice",
+              "keep one row_count_parity check")
+    metrics: list[str] = []
+    for i, k in enumerate(checks):
+        _check(plan, i, k, c)
+        if k.type is CheckType.METRIC_RECONCILIATION and k.metric:
+            if k.metric in metrics:
+                c.add("check_duplicated", f"validation.checks[{i}].metric",
+                      f"metric {k.metric!r} is declared twice", "give each metric its own name")
+            metrics.append(k.metric)
+
+
+def _check(plan: BackfillPlan, i: int, k: Check, c: _Collector) -> None:
+    path = f"validation.checks[{i}]"
+    if k.type is not CheckType.DUPLICATE_CHECK and k.threshold_percent is None \
+            and k.threshold_absolute is None:
+        c.add("thresholds_undefined", f"{path}.threshold_percent", f"{k.type.value} has no threshold",
+              "set threshold_percent (or threshold_absolute); 0 means exact")
+    if k.type is CheckType.METRIC_RECONCILIATION:
+        if not k.metric:
+            c.add("metric_undefined", f"{path}.metric", "metric name missing", "name the metric")
+        if not (k.source_expr and k.shadow_expr):
+            side = "source_expr" if not k.source_expr else "shadow_expr"
+            c.add("metric_undefined", f"{path}.{side}",
+                  f"metric {k.metric or i!r} needs an expression per side (source_expr and "
+                  "shadow_expr)", "give the SQL expression computing it on each side")
+    for name in _IGNORED[k.type]:
+        if getattr(k, name) not in (None, False):
+            c.add("check_field_ignored", f"{path}.{name}",
+                  f"{name} has no effect on a {k.type.value} check", "remove it")
+    if k.type is CheckType.DUPLICATE_CHECK and k.key_columns and plan.partitioning:
+        for j, t in enumerate(plan.target_specs()):
+            extra = set(k.key_columns) - set(t.business_keys) - {plan.partitioning.column}
+            if extra:
+                c.add("keys_mismatch", f"targets[{j}].business_keys",
+                      f"duplicate_check keys {k.key_columns} differ from business_keys "
+                      f"{t.business_keys}", "align them (each extra key set costs one more pass)")
+
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def _targets(plan: BackfillPlan, c: _Collector) -> None:
+    datasets: list[str] = []
+    for i, t in enumerate(plan.targets):
+        if isinstance(t, str):
+            c.add("target_incomplete", f"targets[{i}]",
+                  f"target {t!r} has no business_keys or transform",
+                  "write it as a mapping: {dataset, business_keys, transform, promotion}")
+            datasets.append(t)
+        else:
+            datasets.append(t.dataset)
+            _transform(plan, i, t, c)
+    if len(set(datasets)) != len(datasets):
+        c.add("target_duplicated", "targets", "a target is listed twice", "list each target once")
+    labels = [t.label for t in plan.target_specs()]
+    if len(set(labels)) != len(labels):
+        c.add("target_duplicated", "targets", "two targets share a name",
+              "give each target a distinct name")
+    src = plan.source_of_truth.dataset
+    if src and any(_same_dataset(src, d) for d in datasets):
+        c.add("source_is_target", "source_of_truth.dataset", "the source of truth is also a target",
+              "recompute from an upstream dataset")
+    shadow = plan.execution.shadow_location
+    if shadow:
+        for label, d in [("source_of_truth.dataset", src), *[
+                (f"targets[{i}].dataset", d) for i, d in enumerate(datasets)]]:
+            if d and TableRef.parse(d).path and _overlaps(shadow, d):
+                c.add("no_shadow", "execution.shadow_location",
+                      f"shadow location {shadow!r} overlaps {label} {d!r}",
+                      "point shadow_location at a separate folder")
+    roots = allowed_roots()
+    for label, d in [("source_of_truth.dataset", src), ("execution.shadow_location", shadow),
+                     *[(f"targets[{i}].dataset", d) for i, d in enumerate(datasets)]]:
+        if not d or TableRef.parse(d).path is None:
+            continue
+        if outside_roots(d, roots):
+            c.add("path_outside_roots", label, f"path {d!r} is outside the allowed roots {roots}",
+                  "use a location under SPARKGUARD_ALLOWED_ROOTS")
+        if d.startswith(("./", "../")):
+            c.add("relative_path", label, f"path {d!r} is relative to the driver's working "
+                  "directory", "use an absolute path or a URI")
+    try:
+        target_order(plan)
+    except ValueError as exc:
+        c.add("target_dependencies", "targets", str(exc), "fix depends_on")
+
+
+def _same_dataset(a: str, b: str) -> bool:
+    ra, rb = TableRef.parse(a), TableRef.parse(b)
+    if ra.path is not None and rb.path is not None:
+        return _norm(ra.path) == _norm(rb.path)
+    return a.lower() == b.lower()
+
+
+def _transform(plan: BackfillPlan, i: int, t: TargetSpec, c: _Collector) -> None:
+    sql = t.transform.sql
+    if sql is None:
+        return
+    path = f"targets[{i}].transform.sql"
+    labels = {x.label for x in plan.target_specs()}
+    names = _PLACEHOLDER.findall(sql)
+    if "source" not in names and not any(n.startswith("shadow:") for n in names):
+        c.add("transform_placeholder", path, "the query reads neither {source} nor an upstream "
+              "{shadow:NAME}", "read the pinned source as FROM {source} (sparkguard filters it "
+              "to the slice)")
+    for name in names:
+        if name in ("source", "window"):
+            continue
+        if name.startswith("shadow:"):
+            up = name.split(":", 1)[1]
+            if up not in labels or up == t.label:
+                c.add("transform_placeholder", path, f"{{{name}}} names no other target",
+                      f"use one of {sorted(labels - {t.label})}")
+            elif up not in t.depends_on:
+                c.add("transform_placeholder", path, f"{{{name}}} is read but {up!r} is not in "
+                      "depends_on", f"add depends_on: [{up}]")
+        else:
+            c.add("transform_placeholder", path, f"unknown placeholder {{{name}}}",
+                  "use {source}, {window} or {shadow:NAME}")
+
+
+def _claims(plan: BackfillPlan, c: _Collector) -> None:
+    if plan.status.state != "draft":
+        c.add("claim_untrusted", "status.state",
+              f"status.state {plan.status.state!r} is informational; the approvals for this "
+              "fingerprint and the run ledger decide")
+    if plan.execution.dry_run_completed:
+        c.add("claim_untrusted", "execution.dry_run_completed",
+              "dry_run_completed is a claim; sparkguard runs its own proof slice and records "
+              "dry runs in its ledger")
+    if plan.safeguards.publish_paused:
+        c.add("claim_untrusted", "safeguards.publish_paused",
+              "publish_paused is an intent; sparkguard pauses publish itself in its control "
+              "table before writing")
+
+
+def _approvals(plan: BackfillPlan, c: _Collector) -> None:
+    for code, prob in approval_issues(plan):
+        c.add(code, prob.path.removeprefix(f"{P}."), prob.message, prob.fix)
+
+
+_RULE_GROUPS: tuple[Callable[[BackfillPlan, _Collector], None], ...] = (
+    _completeness, _window, _safeguards, _checks, _targets, _claims)
 
 
 def static_findings(plan: BackfillPlan, *, check_approvals: bool = True) -> list[Finding]:
     """Every static red flag of the seed checklist, plus what execution needs."""
-    f: list[Finding] = []
-
-    def block(code: str, path: str, msg: str, fix: str = "") -> None:
-        f.append(Finding(Severity.BLOCK, code, f"{P}.{path}" if path else P, msg, fix))
-
-    def warn(code: str, path: str, msg: str, fix: str = "") -> None:
-        f.append(Finding(Severity.WARN, code, f"{P}.{path}" if path else P, msg, fix))
-
-    # -- template completeness ------------------------------------------------------------
-    for field, value in (("name", plan.name), ("owner", plan.owner), ("reason", plan.reason),
-                         ("source_of_truth.dataset", plan.source_of_truth.dataset),
-                         ("execution.mode", plan.execution.mode),
-                         ("execution.write_strategy", plan.execution.write_strategy)):
-        if value in (None, ""):
-            block("template_incomplete", field, "is missing", "fill it in as the template shows")
-    if not plan.targets:
-        block("template_incomplete", "targets", "no targets", "list at least one target")
-
-    # -- partitioning and window ----------------------------------------------------------
-    if plan.partitioning is None:
-        hint = ""
-        for raw in plan.affected_window.partitions or []:
-            if isinstance(raw, str) and "=" in raw:
-                hint = f" (the partitions suggest column {raw.split('=', 1)[0]!r})"
-                break
-        block("partitioning_missing", "partitioning", "the partition column and type are not "
-              f"declared{hint}", "add partitioning: {column: <col>, type: date|string|int}")
-    w = plan.affected_window
-    if w.start_utc is None or w.end_utc is None:
-        block("window_unbounded", "affected_window", "start_utc and end_utc must both be set",
-              "bound the window: start_utc inclusive, end_utc exclusive")
-    else:
-        start, end = w.start_utc, w.end_utc
-        try:
-            inverted = end <= start  # type: ignore[operator]
-        except TypeError:
-            inverted = False
-        if inverted:
-            block("window_inverted", "affected_window.end_utc",
-                  f"end_utc {end} is not after start_utc {start}",
-                  "end_utc is exclusive and must be later than start_utc")
-    parts: list[object] = []
-    try:
-        parts = window_partitions(plan)
-    except UnsafeSQLError as exc:
-        block("partition_value_invalid", "affected_window.partitions", str(exc),
-              "write partition values as plain literals of the partition type")
-    if plan.partitioning is not None and not parts and not any(x.code.startswith("window_")
-                                                               for x in f):
-        block("window_empty", "affected_window.partitions", "the window has no partitions",
-              "list the partitions or give a start_utc/end_utc range")
-    if len(parts) > w.max_partitions:
-        block("window_too_large", "affected_window",
-              f"{len(parts)} partitions exceed the plan's max_partitions {w.max_partitions}",
-              "split the backfill or raise affected_window.max_partitions deliberately")
-    if (plan.partitioning is not None and plan.partitioning.type is PartitionType.DATE
-            and w.partitions and w.start_utc is not None and w.end_utc is not None):
-        implied = set(plan.window_partitions_from_range() or [])
-        try:
-            listed = set(plan.partition_values())
-        except UnsafeSQLError:
-            listed = implied
-        if listed != implied:
-            extra = sorted(str(x) for x in listed - implied)
-            missing = sorted(str(x) for x in implied - listed)
-            block("partitions_inconsistent", "affected_window.partitions",
-                  f"partitions disagree with [start_utc, end_utc): outside the range {extra}, "
-                  f"missing from the list {missing}",
-                  "end_utc is exclusive; make the list match the range")
-
-    # -- safeguards -----------------------------------------------------------------------
-    if plan.safeguards.publish_paused is not True:
-        block("publish_not_paused", "safeguards.publish_paused",
-              "publish must be paused for the duration of the backfill",
-              "set publish_paused: true (sparkguard pauses and proves it in its control table)")
-    if not plan.safeguards.downstream_notifications:
-        warn("no_notifications", "safeguards.downstream_notifications",
-             "no downstream owner will be notified", "list the downstream owners")
-    if not (plan.safeguards.rollback_strategy or "").strip():
-        block("rollback_missing", "safeguards.rollback_strategy", "no rollback strategy",
-              "describe the rollback (sparkguard records the Delta version to RESTORE)")
-    if plan.execution.idempotent is not True:
-        block("not_idempotent", "execution.idempotent",
-              "the write strategy is not declared idempotent",
-              "set idempotent: true; sparkguard proves it by writing the proof slice twice")
-    if not plan.execution.proof_slice:
-        block("no_proof_slice", "execution.proof_slice",
-              "a one-slice proof before the full window is mandatory", "set proof_slice: true")
-
-    # -- validation gates -----------------------------------------------------------------
-    checks = plan.validation.checks
-    types = {c.type for c in checks}
-    if not checks:
-        block("thresholds_undefined", "validation.checks", "no reconciliation checks",
-              "add row_count_parity, duplicate_check and metric_reconciliation checks")
-    for needed in (CheckType.ROW_COUNT_PARITY, CheckType.DUPLICATE_CHECK):
-        if checks and needed not in types:
-            block("gate_missing", "validation.checks", f"no {needed.value} check",
-                  f"add a {needed.value} check (a minimum gate of the checklist)")
-    if checks and CheckType.METRIC_RECONCILIATION not in types:
-        warn("gate_missing", "validation.checks", "no metric_reconciliation check",
-             "reconcile at least one business-critical aggregate")
-    for i, c in enumerate(checks):
-        path = f"validation.checks[{i}]"
-        if c.type in (CheckType.ROW_COUNT_PARITY, CheckType.METRIC_RECONCILIATION) and \
-                c.threshold_percent is None and c.threshold_absolute is None:
-            block("thresholds_undefined", f"{path}.threshold_percent",
-                  f"{c.type.value} has no threshold",
-                  "set threshold_percent (or threshold_absolute); 0 means exact")
-        if c.type is CheckType.METRIC_RECONCILIATION:
-            if not c.metric:
-                block("metric_undefined", f"{path}.metric", "metric name missing",
-                      "name the metric")
-            if plan.target_specs() and not (c.source_expr or c.shadow_expr):
-                block("metric_undefined", f"{path}.source_expr",
-                      f"metric {c.metric!r} has no expression",
-                      "give source_expr and shadow_expr (SQL expressions per side)")
-        if c.type is CheckType.DUPLICATE_CHECK and not c.key_columns and not plan.target_specs():
-            block("keys_undefined", f"{path}.key_columns", "duplicate_check names no keys",
-                  "list the business key columns")
-
-    # -- targets and shadow -----------------------------------------------------------------
-    roots = _allowed_roots()
-    datasets: list[str] = []
-    for i, t in enumerate(plan.targets):
-        if isinstance(t, str):
-            block("target_incomplete", f"targets[{i}]",
-                  f"target {t!r} has no business_keys, transform or promotion",
-                  "write the target as a mapping: {dataset, business_keys, transform, promotion}")
-            datasets.append(t)
-            continue
-        datasets.append(t.dataset)
-    if len(set(datasets)) != len(datasets):
-        block("target_duplicated", "targets", "a target is listed twice", "list each target once")
-    if plan.source_of_truth.dataset and plan.source_of_truth.dataset in datasets:
-        block("source_is_target", "source_of_truth.dataset",
-              "the source of truth is also a target", "recompute from an upstream dataset")
-    shadow = plan.execution.shadow_location
-    if shadow:
-        for d in datasets:
-            if _same_or_inside(shadow, d):
-                block("no_shadow", "execution.shadow_location",
-                      f"shadow location {shadow!r} is the target {d!r} itself",
-                      "point shadow_location at a separate location")
-    for label, ds in [("source_of_truth.dataset", plan.source_of_truth.dataset),
-                      ("execution.shadow_location", shadow),
-                      *[(f"targets[{i}].dataset", d) for i, d in enumerate(datasets)]]:
-        if ds and TableRef.parse(ds).path and _outside_roots(ds, roots):
-            block("path_outside_roots", label, f"path {ds!r} is outside the allowed roots {roots}",
-                  "use a location under SPARKGUARD_ALLOWED_ROOTS")
-    try:
-        target_order(plan)
-    except ValueError as exc:
-        block("target_dependencies", "targets", str(exc), "fix depends_on")
-    labels = [t.label for t in plan.target_specs()]
-    if len(set(labels)) != len(labels):
-        block("target_duplicated", "targets", "two targets share a name",
-              "give each target a distinct name")
-    for i, t in enumerate(plan.target_specs()):
-        if plan.partitioning and plan.partitioning.column in t.business_keys:
-            pass
-        for c in checks:
-            if c.type is CheckType.DUPLICATE_CHECK and c.key_columns and plan.partitioning:
-                extra = set(c.key_columns) - set(t.business_keys) - {plan.partitioning.column}
-                if extra:
-                    warn("keys_mismatch", f"targets[{i}].business_keys",
-                         f"duplicate_check keys {c.key_columns} differ from business_keys "
-                         f"{t.business_keys}", "check them separately costs one more pass")
-
-    # -- claims and approvals ---------------------------------------------------------------
-    if plan.status.state != "draft":
-        f.append(Finding(Severity.INFO, "claim_untrusted", f"{P}.status.state",
-                         f"status.state {plan.status.state!r} is informational; approvals and "
-                         "the ledger decide"))
-    if plan.execution.dry_run_completed:
-        f.append(Finding(Severity.INFO, "claim_untrusted", f"{P}.execution.dry_run_completed",
-                         "dry_run_completed is checked against the ledger at run time"))
+    c = _Collector()
+    for rule in _RULE_GROUPS:
+        rule(plan, c)
     if check_approvals:
-        for prob in approval_problems(plan):
-            block("approvals_missing", prob.path.removeprefix(f"{P}."), prob.message, prob.fix)
-    return f
+        _approvals(plan, c)
+    return c.findings
 
 
-def _same_or_inside(a: str, b: str) -> bool:
-    if a == b:
-        return True
-    pa, pb = PurePosixPath(a.rstrip("/")), PurePosixPath(b.rstrip("/"))
-    return pa == pb or pb in pa.parents
+def approvable_findings(plan: BackfillPlan) -> list[Finding]:
+    """Blocking findings other than approvals: a plan with any cannot be approved yet."""
+    return [f for f in blocking(static_findings(plan, check_approvals=False))
+            if f.code not in _APPROVAL_CODES]
