@@ -182,9 +182,9 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan_schema(args: argparse.Namespace) -> int:
-    from sparkguard.plan.model import PlanDocument
+    from sparkguard.plan.schema import schema_text
 
-    print(json.dumps(PlanDocument.model_json_schema(), indent=2, sort_keys=True))
+    sys.stdout.write(schema_text())
     return EXIT_OK
 
 
