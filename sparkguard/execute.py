@@ -103,8 +103,9 @@ class _Run:
         self.out(f"[{time.monotonic() - self.t0:7.1f}s] {msg}")
 
     def job(self, desc: str) -> None:
-        with contextlib.suppress(Exception):  # Spark Connect has no SparkContext
-            self.spark.sparkContext.setJobGroup(f"sparkguard-{self.run_id}", desc, False)
+        """Label this thread's next Spark jobs: group ``sparkguard-<run id>``, ``desc`` per stage."""
+        group = f"sparkguard-{self.run_id}" if self.run_id else f"sparkguard-plan-{self.plan.name}"
+        _set_job_label(self.spark, group, desc)
 
     def notify(self, event: str, **payload: Any) -> None:
         send_all(self.notifiers, event, self.plan.safeguards.downstream_notifications,
@@ -177,6 +178,7 @@ class _Run:
     # -- stages -------------------------------------------------------------------------------
 
     def stage_guard(self, stage: Stage) -> None:
+        self.job(f"plan {self.plan.name}: guard, live checks")
         findings = static_findings(self.plan)
         if blocking(findings):
             raise GuardError(self.plan_path, [f.as_problem() for f in blocking(findings)])
@@ -189,6 +191,7 @@ class _Run:
             self.say("execution.dry_run_completed is a claim; the ledger is checked")
 
     def stage_lock(self, stage: Stage) -> None:
+        self.job(f"plan {self.plan.name}: look up a resumable run")
         resumable = self.ledger.resumable_run(self.fp)
         if resumable is not None:
             self.run_id = resumable["run_id"]
@@ -204,6 +207,7 @@ class _Run:
             self.say(f"resuming run {self.run_id} (last state {self.resumed_state})")
         else:
             self.run_id = new_run_id()
+        self.job(f"run {self.run_id}: lock targets, pin the source version, record the run")
         for label, st in self.targets.items():
             self.ledger.acquire(st.ref.display, self.run_id, self.plan.owner,
                                 takeover=self.options.takeover_stale_lock,
@@ -224,6 +228,7 @@ class _Run:
         failpoint("after_lock")
 
     def stage_pause(self, stage: Stage) -> None:
+        self.job(f"run {self.run_id}: pause publish")
         for st in self.targets.values():
             self.publish.pause(st.ref.display, self.run_id, self.plan.owner,
                                f"backfill {self.plan.name}")
@@ -354,6 +359,7 @@ class _Run:
                                target=st.ref.display, reconciled_version=st.reconciled_version)
 
     def stage_dry_run_stop(self, stage: Stage) -> None:
+        self.job(f"run {self.run_id}: record the dry run")
         self.ledger.record_run(self.run_id, "dry_run_passed", fingerprint=self.fp)
 
     def stage_promote(self, stage: Stage) -> None:
@@ -441,6 +447,7 @@ class _Run:
 
     def restore_target(self, st: TargetState, why: str) -> None:
         assert st.rollback_version is not None
+        self.job(f"run {self.run_id} target {st.spec.label}: restore version {st.rollback_version}")
         delta_ops.restore(self.spark, st.ref, st.rollback_version,
                           delta_ops.user_metadata(self.run_id, self.fp, "restore", reason=why))
         st.restored = True
@@ -456,6 +463,7 @@ class _Run:
 
     def stage_resume(self, stage: Stage) -> None:
         failpoint("before_publish_resume")
+        self.job(f"run {self.run_id}: reopen publish")
         for st in self.targets.values():
             self.publish.resume(st.ref.display, self.run_id, self.plan.owner,
                                 f"backfill {self.plan.name} promoted and verified")
@@ -464,6 +472,7 @@ class _Run:
         self.say("publish reopened")
 
     def release_locks(self) -> None:
+        self.job(f"run {self.run_id}: release locks")
         for t in self.locked:
             self.ledger.release(t, self.run_id)
 
@@ -473,14 +482,48 @@ def _short(v: Any) -> str:
     return s if len(s) <= 40 else s[:37] + "..."
 
 
+_JOB_LABELS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+
+
+def _set_job_label(spark: SparkSession, group: str, desc: str) -> None:
+    with contextlib.suppress(Exception):  # Spark Connect has no SparkContext
+        spark.sparkContext.setJobGroup(group, desc, False)
+
+
+def _job_labels(spark: SparkSession) -> dict[str, str | None]:
+    with contextlib.suppress(Exception):
+        return {k: spark.sparkContext.getLocalProperty(k) for k in _JOB_LABELS}
+    return {}
+
+
+def _restore_job_labels(spark: SparkSession, labels: dict[str, str | None]) -> None:
+    with contextlib.suppress(Exception):
+        for key, value in labels.items():
+            spark.sparkContext.setLocalProperty(key, value)  # type: ignore[arg-type]  # None unsets
+
+
 def run_backfill(spark: SparkSession, plan: BackfillPlan, plan_path: str, *, home: str,
                  evidence_dir: str, options: RunOptions | None = None,
                  out: Callable[[str], None] = print,
                  notifiers: Sequence[Notifier] | None = None) -> RunOutcome:
     """Run every stage of the plan; map the end state to an exit code (0, 1, 3).
 
-    Plan and guard errors (exit 2) propagate before anything is written.
+    Plan and guard errors (exit 2) propagate before anything is written. Every Spark job of the
+    run carries the job group ``sparkguard-<run id>`` (``sparkguard-plan-<name>`` before the run
+    id is known) and a description naming the stage; the caller's labels are restored after.
     """
+    saved = _job_labels(spark)
+    _set_job_label(spark, f"sparkguard-plan-{plan.name}", f"plan {plan.name}: open the ledger")
+    try:
+        return _run_backfill(spark, plan, plan_path, home=home, evidence_dir=evidence_dir,
+                             options=options, out=out, notifiers=notifiers)
+    finally:
+        _restore_job_labels(spark, saved)
+
+
+def _run_backfill(spark: SparkSession, plan: BackfillPlan, plan_path: str, *, home: str,
+                  evidence_dir: str, options: RunOptions | None,
+                  out: Callable[[str], None], notifiers: Sequence[Notifier] | None) -> RunOutcome:
     options = options or RunOptions()
     run = _Run(spark, plan, plan_path, home, evidence_dir, options, out, notifiers)
     stages = build_stages(plan, options)
