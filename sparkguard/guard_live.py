@@ -1,101 +1,249 @@
-"""The guard's live checks: what only the lake itself can answer."""
+"""The guard's live checks: what only the lake itself can answer.
+
+Run after the static checks pass. Reads metadata and schemas, analyses (without running) the
+transform and the metric expressions, and runs two small aggregations bounded by the window's
+partition count: rows per window partition in the source, and rows/files/bytes of the target
+inside the window (the blast radius). Nothing is written and nothing unbounded is collected.
+"""
 
 from __future__ import annotations
 
+import importlib
 import re
+import uuid
 
-from pyspark.sql import SparkSession
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkguard import delta_ops
 from sparkguard.guard import Finding, Severity, window_partitions
-from sparkguard.plan.model import BackfillPlan
+from sparkguard.plan.model import BackfillPlan, CheckType, TargetSpec
 from sparkguard.sql import PartitionType, TableRef, window_predicate
 
-__all__ = ["live_findings"]
+__all__ = ["LIVE_RULES", "live_findings", "retention_days"]
 
 P = "backfill_plan"
-_TYPE_OK = {
-    PartitionType.DATE: (T.DateType,),
-    PartitionType.STRING: (T.StringType,),
-    PartitionType.INT: (T.IntegerType, T.LongType, T.ShortType),
+LIVE_RULES: dict[str, tuple[Severity, str]] = {
+    "source_missing": (Severity.BLOCK, "the source of truth is not a Delta table"),
+    "target_missing": (Severity.BLOCK, "a target is not a Delta table"),
+    "partition_column_missing": (Severity.BLOCK, "the source or a target lacks the partition "
+                                 "column"),
+    "partition_type_mismatch": (Severity.BLOCK, "the partition column's type differs from "
+                                "partitioning.type"),
+    "column_missing": (Severity.BLOCK, "a business key / duplicate_check key is not a target "
+                       "column"),
+    "target_not_partitioned": (Severity.WARN, "the target is not partitioned by the column"),
+    "window_not_in_source": (Severity.BLOCK, "a window partition has no rows in the source"),
+    "transform_invalid": (Severity.BLOCK, "the transform does not analyse against the source"),
+    "metric_expr_invalid": (Severity.BLOCK, "a metric expression does not resolve on its side"),
+    "retention_too_short": (Severity.BLOCK, "log or deleted-file retention shorter than "
+                            "safeguards.rollback_horizon_days"),
+    "retention_unreadable": (Severity.WARN, "a retention property cannot be parsed"),
+    "blast_radius": (Severity.INFO, "rows and bytes the window covers in source and target"),
 }
+_TYPE_OK: dict[PartitionType, tuple[type[T.DataType], ...]] = {
+    PartitionType.DATE: (T.DateType,),
+    PartitionType.STRING: (T.StringType, T.CharType, T.VarcharType),
+    PartitionType.INT: (T.ByteType, T.ShortType, T.IntegerType, T.LongType),
+}
+_UNIT_DAYS = {"second": 1 / 86400, "minute": 1 / 1440, "hour": 1 / 24, "day": 1.0, "week": 7.0}
+_DEFAULT_LOG_DAYS, _DEFAULT_FILE_DAYS = 30.0, 7.0
 
 
-def _interval_days(value: str | None, default: float) -> float:
-    if not value:
+def retention_days(value: str | None, default: float) -> float | None:
+    """Delta interval property (``interval 1 day 12 hours``) in days; default if unset, None if
+    it is not a sum of second/minute/hour/day/week amounts."""
+    if value is None or not value.strip():
         return default
-    m = re.match(r"(?i)\s*interval\s+(\d+)\s+(day|days|hour|hours|week|weeks)", value)
-    if not m:
-        return default
-    n, unit = int(m.group(1)), m.group(2).lower()
-    return n / 24 if unit.startswith("hour") else n * 7 if unit.startswith("week") else n
+    text = re.sub(r"(?i)^\s*interval\s+", "", value).strip().lower()
+    pairs = re.findall(r"(\d+(?:\.\d+)?)\s*(second|minute|hour|day|week)s?\s*", text)
+    if not pairs or re.sub(r"(\d+(?:\.\d+)?)\s*(second|minute|hour|day|week)s?\s*", "", text):
+        return None
+    return sum(float(n) * _UNIT_DAYS[unit] for n, unit in pairs)
 
 
-def live_findings(spark: SparkSession, plan: BackfillPlan,
-                  rollback_horizon_days: float = 7.0) -> list[Finding]:
-    """Existence, columns and types, window present in the source, retention, blast radius."""
-    out: list[Finding] = []
+class _Live:
+    def __init__(self, spark: SparkSession, plan: BackfillPlan) -> None:
+        assert plan.partitioning is not None and plan.source_of_truth.dataset is not None, \
+            "live checks run only on plans the static guard passed"
+        self.spark, self.plan = spark, plan
+        self.p, self.ptype = plan.partitioning.column, plan.partitioning.type
+        self.parts = window_partitions(plan)
+        self.pred = window_predicate(self.p, self.ptype, self.parts)
+        self.out: list[Finding] = []
 
-    def add(sev: Severity, code: str, path: str, msg: str, fix: str = "") -> None:
-        out.append(Finding(sev, code, f"{P}.{path}", msg, fix))
+    def add(self, code: str, path: str, msg: str, fix: str = "") -> None:
+        self.out.append(Finding(LIVE_RULES[code][0], code, f"{P}.{path}", msg, fix))
 
-    assert plan.partitioning is not None and plan.source_of_truth.dataset is not None
-    p, ptype = plan.partitioning.column, plan.partitioning.type
-    parts = window_partitions(plan)
-    src_ref = TableRef.parse(plan.source_of_truth.dataset)
-    if not delta_ops.table_exists(spark, src_ref):
-        add(Severity.BLOCK, "source_missing", "source_of_truth.dataset",
-            f"source {src_ref.display!r} is not a Delta table", "check the name or path")
-    else:
-        src = delta_ops.read_table(spark, src_ref)
-        field = next((f for f in src.schema.fields if f.name == p), None)
+    def _partition_column_ok(self, df: DataFrame, what: str, path: str) -> bool:
+        field = next((f for f in df.schema.fields if f.name == self.p), None)
         if field is None:
-            add(Severity.BLOCK, "partition_column_missing", "partitioning.column",
-                f"source has no column {p!r}", f"use one of {src.columns[:20]}")
-        elif not isinstance(field.dataType, _TYPE_OK[ptype]):
-            add(Severity.BLOCK, "partition_type_mismatch", "partitioning.type",
-                f"source column {p!r} is {field.dataType.simpleString()}, plan says {ptype.value}",
-                "make partitioning.type match the table")
-        else:
-            counts = {r[p]: r["n"] for r in src.filter(window_predicate(p, ptype, parts))
-                      .groupBy(p).agg(F.count(F.lit(1)).alias("n")).collect()}
-            missing = [str(x) for x in parts if counts.get(x, 0) == 0]
-            if missing:
-                add(Severity.BLOCK, "window_not_in_source", "affected_window.partitions",
-                    f"{len(missing)} partition(s) have no rows in the source: {missing[:10]}",
-                    "fix the window or load the source first")
-            rows = sum(counts.values())
-            detail = delta_ops._delta(spark, src_ref).detail().select(
-                "sizeInBytes", "numFiles").first()
-            total = src.count() or 1
-            est_bytes = int((detail["sizeInBytes"] or 0) * rows / total) if detail else 0
-            add(Severity.INFO, "blast_radius", "affected_window",
-                f"{len(parts)} partitions, {rows} source rows, about {est_bytes / 1e6:.1f} MB "
-                "in the window")
-    for i, t in enumerate(plan.target_specs()):
+            self.add("partition_column_missing", path, f"{what} has no column {self.p!r}",
+                     f"use one of {df.columns[:20]}")
+            return False
+        if not isinstance(field.dataType, _TYPE_OK[self.ptype]):
+            self.add("partition_type_mismatch", path,
+                     f"{what} column {self.p!r} is {field.dataType.simpleString()}, the plan "
+                     f"says {self.ptype.value}", "make partitioning.type match the table")
+            return False
+        return True
+
+    def source(self) -> DataFrame | None:
+        ref = TableRef.parse(self.plan.source_of_truth.dataset or "")
+        if not delta_ops.table_exists(self.spark, ref):
+            self.add("source_missing", "source_of_truth.dataset",
+                     f"source {ref.display!r} is not a Delta table", "check the name or path")
+            return None
+        src = delta_ops.read_table(self.spark, ref)
+        if not self._partition_column_ok(src, "source", "partitioning.column"):
+            return None
+        # one aggregation; at most len(window) rows come back
+        counts = {r[0]: r[1] for r in src.filter(self.pred).groupBy(self.p)
+                  .agg(F.count(F.lit(1))).collect()}
+        missing = [str(x) for x in self.parts if counts.get(x, 0) == 0]
+        if missing:
+            self.add("window_not_in_source", "affected_window.partitions",
+                     f"{len(missing)} of {len(self.parts)} partition(s) have no rows in the "
+                     f"source: {missing[:10]}", "fix the window or load the source first")
+        self.add("blast_radius", "affected_window",
+                 f"source: {sum(counts.values())} rows in {len(self.parts)} window partition(s)")
+        self._metric_exprs(src, "source_expr")
+        return src
+
+    def target(self, i: int, t: TargetSpec, src: DataFrame | None) -> None:
         ref = TableRef.parse(t.dataset)
-        if not delta_ops.table_exists(spark, ref):
-            add(Severity.BLOCK, "target_missing", f"targets[{i}].dataset",
-                f"target {ref.display!r} is not a Delta table", "create it before backfilling")
-            continue
-        df = delta_ops.read_table(spark, ref)
-        names = {f.name: f for f in df.schema.fields}
-        for k in [p, *t.business_keys]:
+        path = f"targets[{i}]"
+        if not delta_ops.table_exists(self.spark, ref):
+            self.add("target_missing", f"{path}.dataset", f"target {ref.display!r} is not a "
+                     "Delta table", "create it before backfilling")
+            return
+        df = delta_ops.read_table(self.spark, ref)
+        names = set(df.columns)
+        part_ok = self._partition_column_ok(df, f"target {ref.display!r}", f"{path}.dataset")
+        for j, k in enumerate(t.business_keys):
             if k not in names:
-                add(Severity.BLOCK, "column_missing", f"targets[{i}].business_keys",
-                    f"target {ref.display!r} has no column {k!r}", f"use one of {list(names)[:20]}")
-        if p in names and not isinstance(names[p].dataType, _TYPE_OK[ptype]):
-            add(Severity.BLOCK, "partition_type_mismatch", f"targets[{i}].dataset",
-                f"target column {p!r} is {names[p].dataType.simpleString()}, plan says "
-                f"{ptype.value}", "make partitioning.type match the table")
-        props = delta_ops.retention_properties(spark, ref)
-        log_days = _interval_days(props.get("delta.logRetentionDuration"), 30)
-        file_days = _interval_days(props.get("delta.deletedFileRetentionDuration"), 7)
-        if min(log_days, file_days) < rollback_horizon_days:
-            add(Severity.BLOCK, "retention_too_short", f"targets[{i}].dataset",
-                f"log retention {log_days:g} days / deleted-file retention {file_days:g} days "
-                f"do not cover the {rollback_horizon_days:g}-day rollback horizon",
-                "raise delta.deletedFileRetentionDuration / delta.logRetentionDuration")
-    return out
+                self.add("column_missing", f"{path}.business_keys[{j}]",
+                         f"target {ref.display!r} has no column {k!r}",
+                         f"use one of {sorted(names)[:20]}")
+        for ci, check in enumerate(self.plan.validation.checks):
+            if check.type is CheckType.DUPLICATE_CHECK:
+                for k in check.key_columns or []:
+                    if k not in names:
+                        self.add("column_missing", f"validation.checks[{ci}].key_columns",
+                                 f"target {ref.display!r} has no column {k!r}",
+                                 f"use one of {sorted(names)[:20]}")
+        detail = self._table(ref).detail().select("partitionColumns", "properties").first()
+        if detail is not None and self.p not in (detail["partitionColumns"] or []):
+            self.add("target_not_partitioned", f"{path}.dataset",
+                     f"target {ref.display!r} is not partitioned by {self.p!r}; the window "
+                     "replacement rewrites files across the table", "partition it by the column")
+        self._retention(path, ref, dict(detail["properties"] or {}) if detail else {})
+        self._metric_exprs(df, "shadow_expr", f"target {ref.display!r}")
+        if src is not None:
+            self._transform(path, t, src)
+        if part_ok:
+            self._blast_radius(path, ref, df)
+
+    def _table(self, ref: TableRef) -> DeltaTable:
+        if ref.path is not None:
+            return DeltaTable.forPath(self.spark, ref.path)
+        assert ref.name is not None
+        return DeltaTable.forName(self.spark, ref.name)
+
+    def _retention(self, path: str, ref: TableRef, props: dict[str, str]) -> None:
+        horizon = self.plan.safeguards.rollback_horizon_days
+        days: dict[str, float] = {}
+        for key, default in (("delta.logRetentionDuration", _DEFAULT_LOG_DAYS),
+                             ("delta.deletedFileRetentionDuration", _DEFAULT_FILE_DAYS)):
+            value = retention_days(props.get(key), default)
+            if value is None:
+                self.add("retention_unreadable", f"{path}.dataset",
+                         f"{key} = {props.get(key)!r} cannot be read as an interval",
+                         "write it as 'interval N days'")
+            else:
+                days[key] = value
+        short = {k: v for k, v in days.items() if v < horizon}
+        if short:
+            shown = ", ".join(f"{k} = {v:g} days" for k, v in short.items())
+            self.add("retention_too_short", f"{path}.dataset",
+                     f"target {ref.display!r}: {shown} does not cover the {horizon:g}-day "
+                     "rollback horizon (RESTORE needs the old log and files)",
+                     "raise the retention (ALTER TABLE ... SET TBLPROPERTIES) or lower "
+                     "safeguards.rollback_horizon_days deliberately")
+
+    def _metric_exprs(self, df: DataFrame, side: str, what: str = "source") -> None:
+        for i, check in enumerate(self.plan.validation.checks):
+            expr = getattr(check, side)
+            if check.type is not CheckType.METRIC_RECONCILIATION or not expr:
+                continue
+            try:
+                _analyse(df.select(F.expr(expr)))
+            except Exception as exc:
+                self.add("metric_expr_invalid", f"validation.checks[{i}].{side}",
+                         f"{expr!r} does not resolve on the {what}: {_first_line(exc)}",
+                         "use columns of that side")
+
+    def _transform(self, path: str, t: TargetSpec, src: DataFrame) -> None:
+        tr = t.transform
+        if tr.callable:
+            mod_name, fn_name = tr.callable.split(":")
+            try:
+                fn = getattr(importlib.import_module(mod_name), fn_name)
+            except Exception as exc:
+                self.add("transform_invalid", f"{path}.transform.callable",
+                         f"{tr.callable!r} cannot be imported: {_first_line(exc)}",
+                         "check the module path and function name")
+                return
+            if not callable(fn):
+                self.add("transform_invalid", f"{path}.transform.callable",
+                         f"{tr.callable!r} is not callable", "point it at a function")
+            return
+        assert tr.sql is not None
+        if "{shadow:" in tr.sql:
+            return  # upstream shadows exist only during the run
+        view = f"__sg_guard_{uuid.uuid4().hex[:12]}"
+        src.filter(self.pred).createOrReplaceTempView(view)
+        try:
+            _analyse(self.spark.sql(tr.sql.replace("{source}", f"`{view}`")
+                                    .replace("{window}", self.pred)))
+        except Exception as exc:
+            self.add("transform_invalid", f"{path}.transform.sql",
+                     f"the query does not analyse against the source: {_first_line(exc)}",
+                     "fix the SQL (column and function names)")
+        finally:
+            self.spark.catalog.dropTempView(view)
+
+    def _blast_radius(self, path: str, ref: TableRef, df: DataFrame) -> None:
+        files = (df.filter(self.pred)
+                 .select(F.col("_metadata.file_path").alias("f"),
+                         F.col("_metadata.file_size").alias("s"))
+                 .groupBy("f").agg(F.count(F.lit(1)).alias("n"), F.max("s").alias("s")))
+        row = files.agg(F.sum("n"), F.count(F.lit(1)), F.sum("s")).first()
+        rows, nfiles, size = (int(row[0] or 0), int(row[1] or 0), int(row[2] or 0)) if row \
+            else (0, 0, 0)
+        self.add("blast_radius", f"{path}.dataset",
+                 f"target {ref.display!r}: {rows} rows in {nfiles} file(s), {size / 1e6:.2f} MB "
+                 "inside the window will be replaced in one commit")
+
+
+def _analyse(df: DataFrame) -> T.StructType:
+    """Resolve a DataFrame's plan (names, types, functions) without running a job."""
+    return df.schema
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def live_findings(spark: SparkSession, plan: BackfillPlan) -> list[Finding]:
+    """Existence, columns and types, window present in the source, transform and metric
+    expressions analysable, retention covering the rollback horizon, blast radius."""
+    live = _Live(spark, plan)
+    src = live.source()
+    for i, t in enumerate(plan.targets):
+        if isinstance(t, TargetSpec):
+            live.target(i, t, src)
+    return live.out

@@ -1,0 +1,219 @@
+"""Live guard checks on one small real lake (built once for the module; nothing here writes
+to it after the fixture)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from delta.tables import DeltaTable
+from pyspark.sql import functions as F
+
+from sparkguard.cli import main
+from sparkguard.guard import Severity, blocking, static_findings
+from sparkguard.guard_live import LIVE_RULES, live_findings, retention_days
+from sparkguard.plan import load_plan_text
+from tests.lakes import WINDOW, build_base, write_plan
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def base(spark, tmp_path_factory) -> Path:
+    root = build_base(spark, tmp_path_factory.mktemp("live") / "lake")
+    target = spark.read.format("delta").load(str(root / "target" / "orders_clean"))
+    target.write.format("delta").save(str(root / "target" / "orders_flat"))  # unpartitioned
+    return root
+
+
+def _plan(base: Path, mutate=None):
+    from sparkguard.demo import demo_plan
+
+    data = demo_plan(base, WINDOW)
+    if mutate:
+        mutate(data["backfill_plan"])
+    plan = load_plan_text(yaml.safe_dump(data, sort_keys=False))
+    assert not blocking(static_findings(plan, check_approvals=False)), "must pass static checks"
+    return plan
+
+
+def _live(spark, base, mutate=None) -> list[tuple[str, str, str]]:
+    return [(f.severity.value, f.code, f.path) for f in live_findings(spark, _plan(base, mutate))]
+
+
+def _blocks(spark, base, mutate=None) -> set[tuple[str, str]]:
+    return {(code, path) for sev, code, path in _live(spark, base, mutate) if sev == "block"}
+
+
+def test_valid_plan_passes_and_reports_the_blast_radius(spark, base):
+    found = live_findings(spark, _plan(base))
+    assert not blocking(found)
+    assert {f.code for f in found} == {"blast_radius"}
+    src, tgt = (f.message for f in found)
+    # independent figures: rows via a count, bytes via the files Delta lists for the window
+    target_path = str(base / "target" / "orders_clean")
+    window = spark.read.format("delta").load(target_path).filter(F.col("order_date").isin(WINDOW))
+    files = [f for f in DeltaTable.forPath(spark, target_path).toDF().inputFiles()
+             if any(f"order_date={d.isoformat()}/" in f for d in WINDOW)]
+    size = sum(os.path.getsize(f.removeprefix("file:")) for f in files)
+    assert src == "source: 600 rows in 3 window partition(s)"
+    assert tgt == (f"target {target_path!r}: {window.count()} rows in {len(files)} file(s), "
+                   f"{size / 1e6:.2f} MB inside the window will be replaced in one commit")
+    assert window.count() < 600  # the planted defect dropped rows
+
+
+def _set(section: str, key: str, value: Any):
+    def mutate(p):
+        p[section][key] = value
+    return mutate
+
+
+def _target(key: str, value: Any):
+    def mutate(p):
+        p["targets"][0][key] = value
+    return mutate
+
+
+def _check(i: int, key: str, value: Any):
+    def mutate(p):
+        p["validation"]["checks"][i][key] = value
+    return mutate
+
+
+def test_source_missing(spark, base):
+    assert _blocks(spark, base, _set("source_of_truth", "dataset", str(base / "nope"))) == {
+        ("source_missing", "backfill_plan.source_of_truth.dataset")}
+
+
+def test_source_missing_as_a_catalog_name(spark, base):
+    assert ("source_missing", "backfill_plan.source_of_truth.dataset") in _blocks(
+        spark, base, _set("source_of_truth", "dataset", "no_such_db.no_such_table"))
+
+
+def test_target_missing(spark, base):
+    assert _blocks(spark, base, _target("dataset", str(base / "target" / "nope"))) == {
+        ("target_missing", "backfill_plan.targets[0].dataset")}
+
+
+def test_partition_column_missing(spark, base):
+    def mutate(p):
+        p["partitioning"]["column"] = "event_date"
+        p["affected_window"].pop("partitions")
+    assert _blocks(spark, base, mutate) == {
+        ("partition_column_missing", "backfill_plan.partitioning.column"),
+        ("partition_column_missing", "backfill_plan.targets[0].dataset")}
+
+
+def test_partition_type_mismatch(spark, base):
+    blocks = _blocks(spark, base, _set("partitioning", "type", "string"))
+    assert ("partition_type_mismatch", "backfill_plan.partitioning.column") in blocks
+    assert ("partition_type_mismatch", "backfill_plan.targets[0].dataset") in blocks
+
+
+def test_business_key_and_duplicate_key_missing_from_target(spark, base):
+    def mutate(p):
+        p["targets"][0]["business_keys"] = ["order_id", "nope"]
+        p["validation"]["checks"][1]["key_columns"] = ["order_id", "nope"]
+    assert _blocks(spark, base, mutate) == {
+        ("column_missing", "backfill_plan.targets[0].business_keys[1]"),
+        ("column_missing", "backfill_plan.validation.checks[1].key_columns")}
+
+
+def test_window_partitions_missing_from_source(spark, base):
+    def mutate(p):
+        p["affected_window"] = {"start_utc": "2026-05-05T00:00:00Z",
+                                "end_utc": "2026-05-09T00:00:00Z"}
+    found = live_findings(spark, _plan(base, mutate))
+    miss = [f for f in found if f.code == "window_not_in_source"]
+    assert len(miss) == 1 and miss[0].severity is Severity.BLOCK
+    assert "2 of 4 partition(s) have no rows in the source: ['2026-05-07', '2026-05-08']" \
+        in miss[0].message
+
+
+def test_transform_that_does_not_analyse(spark, base):
+    assert _blocks(spark, base, _target("transform", {
+        "sql": "SELECT order_id, no_such_column FROM {source}"})) == {
+        ("transform_invalid", "backfill_plan.targets[0].transform.sql")}
+    assert not [t for t in spark.catalog.listTables() if t.name.startswith("__sg_guard_")]
+
+
+def test_transform_callable_that_cannot_be_imported(spark, base):
+    assert _blocks(spark, base, _target("transform", {"callable": "no.such.module:fn"})) == {
+        ("transform_invalid", "backfill_plan.targets[0].transform.callable")}
+    assert not _blocks(spark, base, _target("transform", {
+        "callable": "sparkguard.demo:transform_orders"}))
+
+
+def test_metric_expression_that_does_not_resolve(spark, base):
+    def mutate(p):
+        p["validation"]["checks"][2]["source_expr"] = "no_such_col * 2"
+        p["validation"]["checks"][3]["shadow_expr"] = "gross_margin"  # not a target column
+    assert _blocks(spark, base, mutate) == {
+        ("metric_expr_invalid", "backfill_plan.validation.checks[2].source_expr"),
+        ("metric_expr_invalid", "backfill_plan.validation.checks[3].shadow_expr")}
+
+
+def test_retention_does_not_cover_the_rollback_horizon(spark, base):
+    found = live_findings(spark, _plan(base, _set("safeguards", "rollback_horizon_days", 10)))
+    short = [f for f in found if f.code == "retention_too_short"]
+    assert [f.path for f in short] == ["backfill_plan.targets[0].dataset"]
+    assert "delta.deletedFileRetentionDuration = 7 days" in short[0].message
+    assert "logRetentionDuration" not in short[0].message
+    assert not [f for f in live_findings(spark, _plan(base)) if f.code == "retention_too_short"]
+
+
+def test_target_not_partitioned_is_a_warning(spark, base):
+    def mutate(p):
+        p["targets"][0]["dataset"] = str(base / "target" / "orders_flat")
+    found = live_findings(spark, _plan(base, mutate))
+    assert [(f.severity, f.code) for f in found if f.code == "target_not_partitioned"] == [
+        (Severity.WARN, "target_not_partitioned")]
+    assert not blocking(found)
+
+
+@pytest.mark.parametrize(("value", "days"), [
+    (None, 30.0), ("interval 7 days", 7.0), ("interval 1 week", 7.0), ("168 hours", 7.0),
+    ("INTERVAL 36 HOURS", 1.5), ("interval 30 minutes", 30 / 1440), ("forever", None),
+    ("interval 1 day 12 hours", 1.5), ("interval 7 days; DROP", None), ("", 30.0),
+    ("interval 2 months", None),
+])
+def test_retention_days(value, days):
+    got = retention_days(value, 30.0)
+    assert got == days if days is None else got == pytest.approx(days)
+
+
+def test_live_rules_have_tests():
+    # retention_unreadable: the None results of test_retention_days (Delta itself refuses most
+    # odd values when the property is set, so a live table cannot easily hold one)
+    tested = {"source_missing", "target_missing", "partition_column_missing",
+              "partition_type_mismatch", "column_missing", "target_not_partitioned",
+              "window_not_in_source", "transform_invalid", "metric_expr_invalid",
+              "retention_too_short", "blast_radius", "retention_unreadable"}
+    assert tested == set(LIVE_RULES)
+
+
+def test_cli_guard_runs_live_checks_and_exits_2_on_a_live_block(spark, base, tmp_path, capsys):
+    good = write_plan(base, approve=False, name="live-ok.yaml")
+    try:
+        assert main(["guard", str(good), "--pre-approval"]) == 0
+        out = capsys.readouterr().out
+        assert "[INFO ] blast_radius" in out and "0 blocking finding(s)" in out
+        bad = write_plan(base, mutate=lambda p: p["targets"][0].update(
+            dataset=str(base / "target" / "nope")), approve=False, name="live-bad.yaml")
+        assert main(["guard", str(bad), "--pre-approval"]) == 2
+        out = capsys.readouterr().out
+        assert "[BLOCK] target_missing" in out and "backfill_plan.targets[0].dataset" in out
+    finally:
+        for name in ("live-ok.yaml", "live-bad.yaml"):
+            (base / name).unlink(missing_ok=True)
+
+
+def test_live_checks_write_nothing(spark, base):
+    target = str(base / "target" / "orders_clean")
+    before = DeltaTable.forPath(spark, target).history().count()
+    live_findings(spark, _plan(base))
+    assert DeltaTable.forPath(spark, target).history().count() == before
+    assert not (base / "_sg").exists() and not (base / "_sparkguard").exists()
