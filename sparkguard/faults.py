@@ -1,7 +1,9 @@
 """Named failpoints: ``SPARKGUARD_FAULT_AT=<name>`` kills the process there, like SIGKILL.
 
-A testing aid for the crash suite: the process exits at once with code 137, skipping
-``finally`` blocks, atexit handlers and Spark's shutdown, as a dying driver would.
+A testing aid for the crash suite (``tests/test_crash_suite.py``, ``bench/reliability.py``):
+the process exits at once with code 137, skipping ``finally`` blocks, atexit handlers and
+Spark's shutdown, as a dying driver would. Unset, a failpoint costs one environment lookup.
+Names are listed in the order a run reaches them; ``sparkguard faults`` prints them.
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["FAILPOINTS", "failpoint"]
+__all__ = ["FAILPOINTS", "KILLED_EXIT_CODE", "ROLLBACK_FAILPOINTS", "failpoint"]
+
+KILLED_EXIT_CODE = 137  # 128 + SIGKILL, what a killed process reports
 
 FAILPOINTS: dict[str, str] = {
     "after_guard": "plan guarded, nothing written yet",
@@ -24,15 +28,21 @@ FAILPOINTS: dict[str, str] = {
     "after_promote_ledger": "promotion recorded, verification not yet done",
     "after_verify": "promotion verified, evidence not yet written",
     "before_publish_resume": "evidence written, publish still paused",
+    "mid_publish_resume": "publish reopened, run not yet recorded as done",
+    "before_lock_release": "run recorded as done, locks not yet released",
     "mid_rollback": "rollback recorded as started, RESTORE not yet run",
     "after_rollback_restore": "RESTORE committed, ledger not yet updated",
 }
 
+# Reached by ``jobs/rollback.py``; every other failpoint by ``jobs/backfill.py``.
+ROLLBACK_FAILPOINTS = ("mid_rollback", "after_rollback_restore")
+
 
 def failpoint(name: str) -> None:
     """Die abruptly when ``SPARKGUARD_FAULT_AT`` names this failpoint."""
-    assert name in FAILPOINTS, name
+    if name not in FAILPOINTS:
+        raise ValueError(f"unknown failpoint {name!r}; add it to sparkguard.faults.FAILPOINTS")
     if os.environ.get("SPARKGUARD_FAULT_AT") == name:
         sys.stderr.write(f"sparkguard: failpoint {name} hit, dying\n")
         sys.stderr.flush()
-        os._exit(137)
+        os._exit(KILLED_EXIT_CODE)
