@@ -467,9 +467,11 @@ class _Run:
         for st in self.targets.values():
             self.publish.resume(st.ref.display, self.run_id, self.plan.owner,
                                 f"backfill {self.plan.name} promoted and verified")
+        failpoint("mid_publish_resume")
         self.notify("publish_resumed", targets=[s.ref.display for s in self.targets.values()])
         self.ledger.record_run(self.run_id, "done", fingerprint=self.fp)
         self.say("publish reopened")
+        failpoint("before_lock_release")
 
     def release_locks(self) -> None:
         self.job(f"run {self.run_id}: release locks")
