@@ -56,10 +56,11 @@ def quote_identifier(name: str) -> str:
     if len(parts) > 3:
         raise UnsafeSQLError(f"identifier {name!r} has more than three parts")
     for part in parts:
-        if not IDENTIFIER_RE.match(part):
+        if not IDENTIFIER_RE.fullmatch(part):
+            what = f"{name!r}" if part == name else f"part {part!r} of {name!r}"
             raise UnsafeSQLError(
-                f"identifier part {part!r} of {name!r} is not a plain name "
-                "(letters, digits, underscore; not starting with a digit)"
+                f"{what} is not a plain name (letters, digits, underscore; not starting with a "
+                "digit)"
             )
     return ".".join(f"`{p}`" for p in parts)
 
@@ -141,7 +142,7 @@ def render_literal(value: object, ptype: PartitionType) -> str:
     if ptype is PartitionType.INT:
         return str(typed)
     assert isinstance(typed, str)
-    if _PLAIN_STRING.match(typed):
+    if _PLAIN_STRING.fullmatch(typed):
         return f"'{typed}'"
     return f"CAST(X'{typed.encode('utf-8').hex().upper()}' AS STRING)"
 

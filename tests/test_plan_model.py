@@ -129,11 +129,10 @@ def test_every_problem_is_reported_one_line_each_with_path_value_and_fix():
     assert lines == [
         "p.yaml: backfill_plan.affected_window.end_utc: is not an ISO-8601 UTC timestamp "
         "(got 'tomorrow'); write it like 2026-05-01T00:00:00Z (or a date, 2026-05-01)",
-        "p.yaml: backfill_plan.targets[0].business_keys[0]: identifier part "
-        "'order_id`; DROP TABLE x' of 'order_id`; DROP TABLE x' is not a plain name "
-        "(letters, digits, underscore; not starting with a digit) (got 'order_id`; DROP TABLE x'); "
-        "use plain names (letters, digits, '_') and plain literals; see "
-        "templates/backfill-plan.yaml",
+        "p.yaml: backfill_plan.targets[0].business_keys[0]: 'order_id`; DROP TABLE x' is not a "
+        "plain name (letters, digits, underscore; not starting with a digit) "
+        "(got 'order_id`; DROP TABLE x'); use letters, digits and '_' only (tables: up to "
+        "catalog.schema.table)",
         "p.yaml: backfill_plan.execution.mode: Input should be 'replay', 'merge' or 'overwrite' "
         "(got 'upsert'); use one of the listed values",
         "p.yaml: backfill_plan.validation.checks[0].threshold_percent: Input should be less than "

@@ -118,7 +118,14 @@ def _fix_for(err: Any) -> str:
     if fix:
         return str(fix)
     if isinstance(exc, UnsafeSQLError):
-        return "use plain names (letters, digits, '_') and plain literals; see " + TEMPLATE
+        text = str(exc)
+        if str(err["loc"][-1]).endswith("_expr"):
+            return "keep it to one expression over the row's columns"
+        if "not a plain name" in text or "three parts" in text:
+            return "use letters, digits and '_' only (tables: up to catalog.schema.table)"
+        if text.startswith("path "):
+            return "use a path without quotes, backquotes, backslashes or ';'"
+        return f"see {TEMPLATE}"
     if err["type"] == "extra_forbidden":
         key = str(err["loc"][-1])
         if key in field_names():
@@ -162,21 +169,34 @@ def _refuse(source: str, message: str, fix: str, path: str = _ROOT, value: objec
     return PlanError(source, [PlanProblem(path, message, value, fix)])
 
 
-def _has_alias(text: str) -> bool:
+MAX_DEPTH = 32
+
+
+def _prescan(text: str, source: str) -> None:
+    """Refuse aliases (alias bombs) and absurd nesting from the event stream, before building
+    any object; syntax errors are left to the real load, which reports their position."""
+    depth = 0
     try:
-        return any(isinstance(ev, yaml.AliasEvent)
-                   for ev in yaml.parse(text, Loader=yaml.SafeLoader))
+        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(ev, yaml.AliasEvent):
+                raise _refuse(source, "YAML anchors and aliases (&name / *name) are not allowed "
+                              "in a plan", "write every value out in full")
+            if isinstance(ev, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise _refuse(source, f"the YAML is nested deeper than {MAX_DEPTH} levels",
+                                  "a plan is a shallow document")
+            elif isinstance(ev, yaml.CollectionEndEvent):
+                depth -= 1
     except yaml.YAMLError:
-        return False  # the real load reports the syntax error with its position
+        return
 
 
 def parse_yaml(text: str, source: str = "<plan>") -> Any:
     """YAML text -> Python data, refusing what a plan never needs (aliases, odd keys)."""
     if len(text.encode("utf-8", "replace")) > MAX_PLAN_BYTES:
         raise _refuse(source, "plan file is larger than 1 MB", "a plan is a short YAML document")
-    if _has_alias(text):
-        raise _refuse(source, "YAML anchors and aliases (&name / *name) are not allowed in a plan",
-                      "write every value out in full")
+    _prescan(text, source)
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
@@ -187,17 +207,11 @@ def parse_yaml(text: str, source: str = "<plan>") -> Any:
     except (ValueError, OverflowError) as exc:  # e.g. an unquoted 2026-13-45 timestamp
         raise _refuse(source, f"a value cannot be read: {exc}",
                       "quote dates and timestamps and check they exist") from None
-    except RecursionError:
-        raise _refuse(source, "the YAML is nested too deeply", "a plan is a shallow document") \
-            from None
     return data
 
 
-def _key_problems(data: Any, path: str, out: list[PlanProblem], depth: int = 0) -> None:
+def _key_problems(data: Any, path: str, out: list[PlanProblem]) -> None:
     """Mapping keys must be strings: YAML turns ``on:``/``yes:`` into booleans, ``1:`` into ints."""
-    if depth > 20:
-        out.append(PlanProblem(path, "nested too deeply", fix="a plan is a shallow document"))
-        return
     if isinstance(data, dict):
         for key, value in data.items():
             if not isinstance(key, str):
@@ -205,10 +219,10 @@ def _key_problems(data: Any, path: str, out: list[PlanProblem], depth: int = 0) 
                                        f"key {key!r} is not a string", key,
                                        "quote the key or check its spelling"))
                 continue
-            _key_problems(value, f"{path}.{key}" if path else key, out, depth + 1)
+            _key_problems(value, f"{path}.{key}" if path else key, out)
     elif isinstance(data, list):
         for i, item in enumerate(data):
-            _key_problems(item, f"{path}[{i}]", out, depth + 1)
+            _key_problems(item, f"{path}[{i}]", out)
 
 
 def load_plan_text(text: str, source: str = "<plan>") -> BackfillPlan:
