@@ -374,6 +374,12 @@ class _Run:
                 st.promoted_version = found
                 self.say(f"{label}: already promoted by this run at version {found} "
                          f"(found in the table history); not promoting again")
+                # a crash may have come between the commit and its ledger row: record it
+                self.ledger.record_run(self.run_id, "promoted", fingerprint=self.fp,
+                                       target=st.ref.display, promoted_versions={label: found},
+                                       found_in_history=True)
+                self.notify("promoted", target=st.ref.display, version=found,
+                            rollback_version=st.rollback_version)
                 self._verify(st)
                 return
         current = delta_ops.current_version(self.spark, st.ref)
