@@ -1,9 +1,10 @@
-"""Evidence for audit: a YAML file (a superset of the seed's release-gate-evidence shape) and a
-Markdown summary beside it."""
+"""Evidence for audit: a YAML file (a superset of the seed's release-gate-evidence shape, see
+``templates/release-gate-evidence.yaml``), a Markdown summary and a PNG chart beside it."""
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -11,9 +12,12 @@ from typing import Any
 
 import yaml
 
+from sparkguard.errors import EXIT_USAGE, SparkguardError
 from sparkguard.sql import restore_statement
 
-__all__ = ["build_evidence", "load_evidence", "render_markdown", "write_evidence"]
+__all__ = ["EvidenceError", "build_evidence", "load_evidence", "render_markdown", "write_evidence"]
+
+_ENTRY_POINT = "jobs/backfill.py"
 
 
 def build_evidence(run: Any, outcome: str, error: str | None = None) -> dict[str, Any]:
@@ -52,6 +56,9 @@ def build_evidence(run: Any, outcome: str, error: str | None = None) -> dict[str
     granted = [a.model_dump(mode="json") for a in plan.approvals.granted
                if a.fingerprint == run.fp]
     promoted = outcome == "promoted"
+    code_paths = [_ENTRY_POINT, run.plan_path]
+    code_paths += [t.transform.callable for t in plan.targets if t.transform.callable]
+    contracts = [_contract_text(t) for t in plan.targets]
 
     def status(gates: list[dict[str, Any]]) -> str:
         if not gates:
@@ -63,7 +70,9 @@ def build_evidence(run: Any, outcome: str, error: str | None = None) -> dict[str
             "release_name": plan.name,
             "owner": plan.owner,
             "environment": os.environ.get("SPARKGUARD_ENVIRONMENT", "local"),
-            "release_surface": {"datasets": [t["dataset"] for t in targets]},
+            "release_surface": {"code_paths": code_paths,
+                                "datasets": [t["dataset"] for t in targets],
+                                "contracts": contracts},
             "staged_validation": {
                 "shadow_run": "pass" if all_gates and not failed else
                 ("fail" if failed else "not_run"),
@@ -81,6 +90,11 @@ def build_evidence(run: Any, outcome: str, error: str | None = None) -> dict[str
                 "publish_unblocked": promoted or outcome == "dry_run_passed",
                 "cutover_strategy": "delta_single_commit",
             },
+            "observability": {
+                "alerts_configured": bool(plan.safeguards.downstream_notifications),
+                "dashboard_link": os.environ.get("SPARKGUARD_DASHBOARD_URL"),
+                "owner_oncall": plan.owner,
+            },
             "rollback": {
                 "strategy": plan.safeguards.rollback_strategy,
                 "tested": False,
@@ -95,7 +109,10 @@ def build_evidence(run: Any, outcome: str, error: str | None = None) -> dict[str
             "error": error,
             "written_at": dt.datetime.now(dt.timezone.utc).isoformat(),
             "plan": {"name": plan.name, "path": run.plan_path, "fingerprint": run.fp,
-                     "reason": plan.reason},
+                     "reason": plan.reason,
+                     "checks": [c.model_dump(mode="json", exclude_none=True)
+                                for c in plan.validation.checks]},
+            "chart": None,
             "approvals_used": granted,
             "source": {"dataset": run.source_ref.display, "version_read": run.source_version},
             "window": {"partition_column": run.p,
@@ -105,6 +122,17 @@ def build_evidence(run: Any, outcome: str, error: str | None = None) -> dict[str
             "targets": targets,
         },
     }
+
+
+def _contract_text(target: Any) -> str:
+    parts = []
+    if target.contract.match_target_schema:
+        parts.append("schema equals the target's")
+    if target.contract.not_null:
+        parts.append("not null: " + ", ".join(target.contract.not_null))
+    if target.contract.columns:
+        parts.append(f"{len(target.contract.columns)} column contract(s)")
+    return f"{target.label}: " + ("; ".join(parts) or "none")
 
 
 def _dump(data: dict[str, Any]) -> str:
@@ -121,68 +149,230 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def write_evidence(run: Any, outcome: str, error: str | None = None) -> str:
-    """Write ``<evidence_dir>/<run_id>.yaml`` and ``.md``; return the YAML path."""
+    """Write ``<evidence_dir>/<run_id>.yaml``, ``.md`` and (with matplotlib) ``.png``; return the
+    YAML path."""
+    from sparkguard.chart import write_chart
+
     data = build_evidence(run, outcome, error)
     base = Path(run.evidence_dir) / run.run_id
+    png, tmp = base.with_suffix(".png"), base.with_name(f".{run.run_id}.png.tmp")
+    try:  # the chart is an aid: never let it cost the evidence itself
+        if write_chart(data, tmp):
+            os.replace(tmp, png)
+            data["sparkguard"]["chart"] = png.name
+    except Exception as exc:
+        data["sparkguard"]["chart_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        tmp.unlink(missing_ok=True)
     yaml_path = base.with_suffix(".yaml")
     _atomic_write(yaml_path, _dump(data))
     _atomic_write(base.with_suffix(".md"), render_markdown(data))
     return str(yaml_path)
 
 
+class EvidenceError(SparkguardError):
+    """Raised when an evidence file is missing or is not one sparkguard wrote."""
+
+    exit_code = EXIT_USAGE
+
+
 def load_evidence(path: str | Path) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
-    if not isinstance(data, dict) or "sparkguard" not in data:
-        raise ValueError(f"{path} is not a sparkguard evidence file")
+    """Read an evidence YAML written by :func:`write_evidence`."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise EvidenceError(f"{path}: no such evidence file; give the <run id>.yaml the run wrote "
+                            "(its path is printed at the end of the run)") from None
+    except yaml.YAMLError as exc:
+        raise EvidenceError(f"{path}: not YAML ({exc})") from None
+    if not isinstance(data, dict) or "sparkguard" not in data or \
+            "release_gate_evidence" not in data:
+        raise EvidenceError(f"{path}: not a sparkguard evidence file (no 'sparkguard' and "
+                            "'release_gate_evidence' sections)")
     return data
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, dict) and "value" in v:
-        return f"{v['value']} (diff {v.get('abs_diff')}, {v.get('pct_diff')}%)"
-    return str(v)
+# -- Markdown ---------------------------------------------------------------------------------
+
+_MAX_PARTITION_ROWS = 100
+
+
+def _cell(value: Any) -> str:
+    """A value as a Markdown table cell (pipes escaped, one line)."""
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
+def _code(text: Any) -> str:
+    """Inline code that survives backquotes inside (``RESTORE TABLE delta.`/p` ...``)."""
+    text = str(text)
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def _yes(flag: Any) -> str:
+    return "yes" if flag else "no"
+
+
+def _measured(value: Any) -> str:
+    if isinstance(value, dict) and "value" in value:
+        pct = value.get("pct_diff")
+        return f"{value['value']} (diff {value.get('abs_diff')}, {pct}%)"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return str(value)
+
+
+def _pct(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    if math.isinf(value):
+        return "inf"
+    if value == 0:
+        return "0%"
+    return f"{value:+.3g}%" if signed else f"{value:.3g}%"
+
+
+def _window_text(column: str, partitions: list[str]) -> str:
+    shown = partitions if len(partitions) <= 8 else [*partitions[:3], "...", *partitions[-2:]]
+    return f"`{column}` in {', '.join(shown)} ({len(partitions)} partition(s))"
+
+
+def _summary(data: dict[str, Any]) -> list[str]:
+    sg, rg = data["sparkguard"], data["release_gate_evidence"]
+    approvals = "; ".join(f"{a['role']} by {a['by']} at {a['at']}" for a in sg["approvals_used"])
+    rows = [
+        ("Run", f"`{sg['run_id']}`"),
+        ("Plan", f"`{sg['plan']['path']}` (fingerprint `{sg['plan']['fingerprint'][:16]}`)"),
+        ("Reason", sg["plan"].get("reason")),
+        ("Owner", rg["owner"]),
+        ("Environment", rg["environment"]),
+        ("Source of truth", f"`{sg['source']['dataset']}` read at version "
+                            f"{sg['source']['version_read']}"),
+        ("Window", _window_text(sg["window"]["partition_column"], sg["window"]["partitions"])),
+        ("Approvals", approvals or "none"),
+        ("Written at", sg["written_at"]),
+    ]
+    return ["| | |", "|---|---|", *(f"| {k} | {_cell(v)} |" for k, v in rows)]
+
+
+def _release_gate(rg: dict[str, Any]) -> list[str]:
+    rec, sv = rg["reconciliation"], rg["staged_validation"]
+    rows = [
+        ("Shadow run", sv["shadow_run"]),
+        ("Proof (canary) scope", sv.get("canary_scope")),
+        ("Row count parity", rec["row_count_status"]),
+        ("Metric parity", f"{rec['metric_parity_status']} "
+                          f"({', '.join(rec['checked_metrics']) or 'no metric'})"),
+        ("Approvals required / granted", f"{', '.join(rg['approvals']['required'])} / "
+                                         f"{', '.join(rg['approvals']['granted']) or 'none'}"),
+        ("Cutover", rg["publish_control"]["cutover_strategy"]),
+        ("Rollback strategy", rg["rollback"]["strategy"]),
+    ]
+    return ["## Release gate", "", "| check | status |", "|---|---|",
+            *(f"| {k} | {_cell(v)} |" for k, v in rows)]
+
+
+def _partition_table(data: dict[str, Any], target: dict[str, Any]) -> list[str]:
+    from sparkguard.chart import panels
+
+    mine = panels({"sparkguard": {**data["sparkguard"], "targets": [target]}})
+    if not mine:
+        return []
+    rows_panel, metric_panels = mine[0], mine[1:]
+    metrics = [p.title.split(": ", 1)[1] for p in metric_panels]
+    head = ["partition", "rows source / shadow / target", "rows vs source",
+            *(f"{m} vs source" for m in metrics), *(f"{m} change vs target" for m in metrics)]
+    stats = {str(s["partition"]): s for s in _stats_of(target)}
+    lines = ["", "Per partition: the gate's measure (shadow vs source of truth) and what the "
+             "promotion changes (shadow vs the target before promotion).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, part in enumerate(rows_panel.partitions[:_MAX_PARTITION_ROWS]):
+        s = stats[part]
+        cells = [part, f"{s.get('rows_source')} / {s.get('rows_shadow')} / {s.get('rows_target')}",
+                 _flagged(rows_panel, i),
+                 *(_flagged(p, i) for p in metric_panels),
+                 *(_pct(p.changes_pct[i], signed=True) for p in metric_panels)]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    if len(rows_panel.partitions) > _MAX_PARTITION_ROWS:
+        lines.append(f"\n{len(rows_panel.partitions) - _MAX_PARTITION_ROWS} more partition(s) "
+                     "in the YAML.")
+    return lines
+
+
+def _stats_of(target: dict[str, Any]) -> list[dict[str, Any]]:
+    window = target.get("full_window")
+    if window and window.get("partitions"):
+        return list(window["partitions"])
+    return [s for sl in target.get("slices") or [] for s in sl.get("partitions") or []]
+
+
+def _flagged(panel: Any, i: int) -> str:
+    delta = panel.deltas[i]
+    text = _pct(delta) if panel.unit == "%" else f"{delta:g}"
+    return f"**{text}**" if panel.partitions[i] in panel.breaches else text
+
+
+def _target(data: dict[str, Any], t: dict[str, Any]) -> list[str]:
+    rb = t["rollback_point"]
+    lines = ["", f"## Target {_code(t['dataset'])} ({t['promotion']})", ""]
+    if t["promoted_version"] is not None:
+        lines.append(f"- Promoted at version {t['promoted_version']}; verified: "
+                     f"{_yes(t['verified'])}; restored after a failure: "
+                     f"{_yes(t['restored_after_failure'])}")
+    else:
+        lines.append("- Not promoted: the target was left as it was")
+    if rb.get("version_before_promotion") is not None:
+        lines.append(f"- Rollback point: version {rb['version_before_promotion']}")
+    if rb.get("rollback_command"):
+        lines.append(f"- Roll back: {_code(rb['rollback_command'])}")
+    if rb.get("restore_statement"):
+        lines.append(f"- Or in SQL: {_code(rb['restore_statement'])}")
+    slices = t.get("slices") or []
+    skipped = t.get("skipped_slices_already_reconciled") or []
+    lines.append(f"- Slices reconciled in this run: {len(slices)}"
+                 + (f"; skipped as already reconciled: {skipped}" if skipped else ""))
+    failed_slices = [s["scope"] for s in slices if not s["passed"]]
+    if failed_slices:
+        lines.append(f"- Slices that failed their gates: {', '.join(failed_slices)}")
+    w = t.get("full_window")
+    if w:
+        lines += ["", "| gate | measured | expected | threshold | result |", "|---|---|---|---|---|"]
+        for g in w["gates"]:
+            where = f" [{g['partition']}]" if g.get("partition") else ""
+            lines.append(f"| {_cell(g['gate'] + where)} | {_cell(_measured(g['measured']))} | "
+                         f"{_cell(g.get('expected'))} | {_cell(g['threshold'])} | "
+                         f"{'pass' if g['passed'] else '**FAIL**'} |")
+        pv = w.get("change_preview")
+        if pv:
+            lines += ["", f"Change preview: {pv['inserted']} inserted, {pv['deleted']} deleted, "
+                          f"{pv['changed']} changed, {pv['unchanged']} unchanged."]
+            cols = {k: v for k, v in pv["changed_by_column"].items() if v}
+            if cols:
+                lines.append("Changed values per column: "
+                             + ", ".join(f"{k}={v}" for k, v in sorted(cols.items())) + ".")
+    lines += _partition_table(data, t)
+    return lines
 
 
 def render_markdown(data: dict[str, Any]) -> str:
     """A reviewer's one-page summary of the evidence."""
     sg, rg = data["sparkguard"], data["release_gate_evidence"]
-    lines = [
-        f"# Backfill evidence: {sg['plan']['name']}",
-        "",
-        f"- Run: `{sg['run_id']}`; outcome: **{sg['outcome']}**",
-        f"- Plan fingerprint: `{sg['plan']['fingerprint']}`",
-        f"- Reason: {sg['plan'].get('reason')}",
-        f"- Source: `{sg['source']['dataset']}` read at version {sg['source']['version_read']}",
-        f"- Window: `{sg['window']['partition_column']}` in "
-        f"{', '.join(sg['window']['partitions'])}",
-        "- Approvals: " + ", ".join(f"{a['role']} by {a['by']}" for a in sg["approvals_used"]),
-        f"- Publish unblocked: {rg['publish_control']['publish_unblocked']}",
-    ]
+    lines = [f"# Backfill evidence: {sg['plan']['name']}", "",
+             f"**Outcome: {sg['outcome']}.** Ready to ship: "
+             f"{_yes(rg['decision']['ready_to_ship'])}; publish unblocked: "
+             f"{_yes(rg['publish_control']['publish_unblocked'])}.", ""]
     if sg.get("error"):
-        lines.append(f"- Error: {sg['error']}")
+        lines += [f"> {_cell(sg['error'])}", ""]
+    lines += _summary(data)
+    if sg.get("failed_gates"):
+        lines += ["", "## Failed gates", ""]
+        lines += [f"- `{g['target']}` **{g['gate']}**"
+                  + (f" [{g['partition']}]" if g.get("partition") else "")
+                  + f": {' '.join(str(g['reason']).split())}" for g in sg["failed_gates"]]
     for t in sg["targets"]:
-        rb = t["rollback_point"]
-        lines += ["", f"## Target `{t['dataset']}` ({t['promotion']})", "",
-                  f"- Version before promotion: {rb['version_before_promotion']}; "
-                  f"promoted version: {t['promoted_version']}; verified: {t['verified']}"]
-        if rb.get("restore_statement"):
-            lines.append(f"- Roll back: `{rb['rollback_command'] or rb['restore_statement']}`"
-                         f" (SQL: `{rb['restore_statement']}`)")
-        w = t.get("full_window")
-        if w:
-            lines += ["", "| gate | partition | measured | expected | threshold | result |",
-                      "|---|---|---|---|---|---|"]
-            for g in w["gates"]:
-                lines.append(f"| {g['gate']} | {g.get('partition') or 'window'} | "
-                             f"{_fmt(g['measured'])} | {g.get('expected')} | {g['threshold']} | "
-                             f"{'pass' if g['passed'] else '**FAIL**'} |")
-            pv = w.get("change_preview")
-            if pv:
-                lines += ["", f"Change preview: {pv['inserted']} inserted, {pv['deleted']} "
-                          f"deleted, {pv['changed']} changed, {pv['unchanged']} unchanged."]
-                cols = {k: v for k, v in pv["changed_by_column"].items() if v}
-                if cols:
-                    lines.append("Changed values per column: "
-                                 + ", ".join(f"{k}={v}" for k, v in sorted(cols.items())) + ".")
+        lines += _target(data, t)
+    if sg.get("chart"):
+        lines += ["", "## Per-partition deltas against thresholds", "",
+                  f"![per-partition row-count and metric deltas]({sg['chart']})"]
+    lines += ["", *_release_gate(rg)]
     return "\n".join(lines) + "\n"

@@ -8,9 +8,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from sparkguard.chart import chart_available
 from sparkguard.demo import generate_lake
+from sparkguard.evidence import load_evidence
 from sparkguard.execute import run_backfill
 from sparkguard.plan import load_plan
+from tests.test_evidence import TEMPLATE, key_paths
 
 ROWS_PER_DAY = 50
 CALLER_GROUP = "caller-of-sparkguard"
@@ -78,3 +83,15 @@ def test_run_labels_every_spark_job_and_prints_progress(spark: Any, lake: Path) 
     assert [(m.group(1), m.group(2), m.group(3), int(m.group(4))) for m in slices] == \
         [("2", "2", "2026-05-03", ROWS_PER_DAY)]
     assert all(re.match(r"^\[\s*\d+\.\ds\] ", ln) for ln in lines), "line without elapsed time"
+
+    # evidence of the real run: YAML with every documented field, Markdown linking the chart
+    assert outcome.evidence_path is not None
+    evidence = Path(outcome.evidence_path)
+    data = load_evidence(evidence)
+    assert not key_paths(yaml.safe_load(TEMPLATE.read_text())) - key_paths(data)
+    md = evidence.with_suffix(".md").read_text()
+    if chart_available():
+        png = evidence.with_suffix(".png")
+        assert data["sparkguard"]["chart"] == png.name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({png.name})" in md

@@ -1,0 +1,182 @@
+"""A PNG of per-partition deltas against their thresholds, drawn from an evidence dict.
+
+One panel per target and check (row count, each metric): bars are the gate's measure (shadow
+vs source of truth) per partition, the dashed line is the threshold, and grey markers on the
+right axis show what the promotion changes against the current target. matplotlib is an
+optional dependency (``pip install sparkguard[chart]``); without it no chart is drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkguard.reconcile.verdicts import deviation
+
+__all__ = ["Panel", "chart_available", "panels", "write_chart"]
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One check of one target: a delta per partition and the threshold it is held to."""
+
+    title: str
+    unit: str  # "%" or "abs"
+    partitions: tuple[str, ...]
+    deltas: tuple[float, ...]  # shadow vs source, in ``unit``; inf when a side is missing
+    threshold: float | None  # in ``unit``; None when no gate applies
+    changes_pct: tuple[float | None, ...]  # shadow vs current target, percent
+
+    @property
+    def breaches(self) -> tuple[str, ...]:
+        """Partitions whose delta exceeds the threshold."""
+        if self.threshold is None:
+            return ()
+        return tuple(p for p, d in zip(self.partitions, self.deltas, strict=True)
+                     if d > self.threshold + 1e-12)
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _partition_stats(target: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Per-partition stats of the full window, or of the slices reconciled so far."""
+    window = target.get("full_window")
+    if window and window.get("partitions"):
+        return list(window["partitions"])
+    seen: dict[str, Mapping[str, Any]] = {}
+    for sl in target.get("slices") or []:
+        for stats in sl.get("partitions") or []:
+            seen[str(stats["partition"])] = stats
+    return [seen[k] for k in sorted(seen)]
+
+
+def _threshold(check: Mapping[str, Any] | None) -> tuple[str, float | None]:
+    if check is None:
+        return "%", None
+    pct, absolute = check.get("threshold_percent"), check.get("threshold_absolute")
+    if pct is not None:
+        return "%", float(pct)
+    if absolute is not None:
+        return "abs", float(absolute)
+    return "%", 0.0  # no threshold given: only an exact match passes
+
+
+def _panel(title: str, check: Mapping[str, Any] | None, stats: Sequence[Mapping[str, Any]],
+           sides: Sequence[tuple[Any, Any, Any]]) -> Panel:
+    unit, threshold = _threshold(check)
+    deltas: list[float] = []
+    changes: list[float | None] = []
+    for source, shadow, target in sides:
+        absolute, percent = deviation(_num(source), _num(shadow))
+        deltas.append(percent if unit == "%" else absolute)
+        if _num(target) is None:
+            changes.append(None)
+        else:
+            t_abs, t_pct = deviation(_num(target), _num(shadow))
+            changes.append(math.copysign(t_pct, (_num(shadow) or 0) - (_num(target) or 0))
+                           if t_abs else 0.0)
+    return Panel(title, unit, tuple(str(s["partition"]) for s in stats), tuple(deltas),
+                 threshold, tuple(changes))
+
+
+def panels(evidence: Mapping[str, Any]) -> list[Panel]:
+    """The chart's panels, from an evidence dict (pure; no matplotlib needed)."""
+    sg = evidence["sparkguard"]
+    checks = sg.get("plan", {}).get("checks") or []
+    row_check = next((c for c in checks if c.get("type") == "row_count_parity"), None)
+    metric_checks = {c.get("metric"): c for c in checks if c.get("type") == "metric_reconciliation"}
+    out: list[Panel] = []
+    for target in sg.get("targets") or []:
+        stats = _partition_stats(target)
+        if not stats:
+            continue
+        name = target["name"]
+        out.append(_panel(f"{name}: row count", row_check, stats,
+                          [(s.get("rows_source"), s.get("rows_shadow"), s.get("rows_target"))
+                           for s in stats]))
+        metric_names = list(dict.fromkeys(m for s in stats for m in (s.get("metrics") or {})))
+        for metric in metric_names:
+            sides = [((s.get("metrics") or {}).get(metric, {}).get("source"),
+                      (s.get("metrics") or {}).get(metric, {}).get("shadow"),
+                      (s.get("metrics") or {}).get(metric, {}).get("target")) for s in stats]
+            out.append(_panel(f"{name}: {metric}", metric_checks.get(metric), stats, sides))
+    return out
+
+
+def chart_available() -> bool:
+    """True when matplotlib can be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _finite(values: Sequence[float], cap: float) -> list[float]:
+    return [cap if math.isinf(v) else v for v in values]
+
+
+def write_chart(evidence: Mapping[str, Any], path: str | Path) -> bool:
+    """Draw the panels into a PNG at ``path``; False (nothing written) without matplotlib or
+    without per-partition data."""
+    items = panels(evidence)
+    if not items or not chart_available():
+        return False
+    from matplotlib.figure import Figure  # object API: no pyplot, no global backend change
+
+    fig = Figure(figsize=(max(6.0, 0.45 * max(len(p.partitions) for p in items) + 3), 2.6 * len(items)),
+                 layout="constrained")
+    axes = fig.subplots(len(items), 1, squeeze=False)[:, 0]
+    for ax, panel in zip(axes, items, strict=True):
+        _draw(ax, panel)
+    sg = evidence["sparkguard"]
+    fig.suptitle(f"{sg['plan']['name']} run {sg['run_id']}: {sg['outcome']}", fontsize=11)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(str(path), format="png", dpi=100)
+    return True
+
+
+def _draw(ax: Any, panel: Panel) -> None:
+    xs = list(range(len(panel.partitions)))
+    finite = [d for d in panel.deltas if not math.isinf(d)]
+    top = max([*finite, panel.threshold or 0.0, 1e-9])
+    shown = _finite(panel.deltas, top * 1.5)
+    breaches = set(panel.breaches)
+    colors = ["#c0392b" if p in breaches else "#2e86c1" for p in panel.partitions]
+    bars = ax.bar(xs, shown, color=colors, label="shadow vs source")
+    suffix = "%" if panel.unit == "%" else ""
+    ax.bar_label(bars, labels=["inf" if math.isinf(d) else f"{d:.3g}{suffix}" for d in panel.deltas],
+                 fontsize=7, padding=2)
+    if panel.threshold is not None:
+        ax.axhline(panel.threshold, color="#c0392b", linestyle="--", linewidth=1,
+                   label=f"threshold {panel.threshold:g}{'%' if panel.unit == '%' else ''}")
+    ax.set_ylim(0, top * 1.6)
+    ax.set_ylabel("deviation %" if panel.unit == "%" else "abs deviation")
+    verdict = f"{len(breaches)} partition(s) over threshold" if breaches else "within threshold"
+    ax.set_title(f"{panel.title} ({verdict})", fontsize=10, loc="left")
+    step = max(1, len(xs) // 30)
+    ax.set_xticks(xs[::step], [panel.partitions[i] for i in xs[::step]], rotation=45,
+                  ha="right", fontsize=8)
+    changes = [(x, c) for x, c in zip(xs, panel.changes_pct, strict=True)
+               if c is not None and not math.isinf(c)]
+    if changes:
+        right = ax.twinx()
+        right.plot([x for x, _ in changes], [c for _, c in changes], "x", color="#7f8c8d",
+                   label="change vs current target %")
+        right.axhline(0, color="#bdc3c7", linewidth=0.5)
+        right.set_ylabel("vs target %", color="#7f8c8d")
+        lines, labels = ax.get_legend_handles_labels()
+        more, more_labels = right.get_legend_handles_labels()
+        ax.legend(lines + more, labels + more_labels, fontsize=7, loc="upper right")
+    else:
+        ax.legend(fontsize=7, loc="upper right")

@@ -1,0 +1,177 @@
+"""Evidence: the documented YAML shape, the Markdown summary (golden files) and the PNG chart.
+
+Regenerate the golden Markdown after an intended change with
+``SPARKGUARD_REGEN_GOLDEN=1 pytest tests/test_evidence.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import struct
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sparkguard.chart import chart_available, panels, write_chart
+from sparkguard.cli import main
+from sparkguard.errors import EXIT_OK, EXIT_USAGE
+from sparkguard.evidence import load_evidence, render_markdown
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "release-gate-evidence.yaml"
+CASES = ["evidence", "evidence_gate_failed"]
+
+# The release-gate evidence shape of the seed template: every key must stay in ours.
+SEED_SHAPE = {
+    "release_gate_evidence.release_name", "release_gate_evidence.owner",
+    "release_gate_evidence.environment",
+    "release_gate_evidence.release_surface.code_paths",
+    "release_gate_evidence.release_surface.datasets",
+    "release_gate_evidence.release_surface.contracts",
+    "release_gate_evidence.staged_validation.shadow_run",
+    "release_gate_evidence.staged_validation.canary_scope",
+    "release_gate_evidence.staged_validation.notes",
+    "release_gate_evidence.reconciliation.row_count_status",
+    "release_gate_evidence.reconciliation.metric_parity_status",
+    "release_gate_evidence.reconciliation.checked_metrics",
+    "release_gate_evidence.publish_control.deployment_complete",
+    "release_gate_evidence.publish_control.publish_unblocked",
+    "release_gate_evidence.publish_control.cutover_strategy",
+    "release_gate_evidence.observability.alerts_configured",
+    "release_gate_evidence.observability.dashboard_link",
+    "release_gate_evidence.observability.owner_oncall",
+    "release_gate_evidence.rollback.strategy", "release_gate_evidence.rollback.tested",
+    "release_gate_evidence.approvals.required", "release_gate_evidence.approvals.granted",
+    "release_gate_evidence.decision.ready_to_ship",
+}
+
+
+def key_paths(data: Any, prefix: str = "") -> set[str]:
+    """Dotted paths of every mapping key; list items are described by their first item."""
+    paths: set[str] = set()
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            paths.add(path)
+            paths |= key_paths(value, path)
+    elif isinstance(data, list) and data:
+        paths |= key_paths(data[0], f"{prefix}[]")
+    return paths
+
+
+def _case(name: str) -> dict[str, Any]:
+    return load_evidence(GOLDEN / f"{name}.yaml")
+
+
+# -- shape ------------------------------------------------------------------------------------
+
+def test_template_is_a_superset_of_the_seed_shape() -> None:
+    assert key_paths(yaml.safe_load(TEMPLATE.read_text())) >= SEED_SHAPE
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_evidence_files_have_every_field_the_template_documents(name: str) -> None:
+    missing = key_paths(yaml.safe_load(TEMPLATE.read_text())) - key_paths(_case(name))
+    assert not missing
+
+
+# -- Markdown ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", CASES)
+def test_markdown_matches_golden(name: str) -> None:
+    rendered = render_markdown(_case(name))
+    golden = GOLDEN / f"{name}.md"
+    if os.environ.get("SPARKGUARD_REGEN_GOLDEN") == "1":
+        golden.write_text(rendered, encoding="utf-8")
+    assert rendered == golden.read_text(encoding="utf-8")
+
+
+def test_report_prints_the_same_markdown(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "--evidence", str(GOLDEN / "evidence.yaml")]) == EXIT_OK
+    assert capsys.readouterr().out == (GOLDEN / "evidence.md").read_text() + "\n"
+
+
+def test_report_refuses_a_missing_or_foreign_file(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "--evidence", str(tmp_path / "nope.yaml")]) == EXIT_USAGE
+    assert "no such evidence file" in capsys.readouterr().err
+    other = tmp_path / "plan.yaml"
+    other.write_text("backfill_plan: {name: x}\n")
+    assert main(["report", "--evidence", str(other)]) == EXIT_USAGE
+    assert "not a sparkguard evidence file" in capsys.readouterr().err
+
+
+def test_markdown_flags_the_failing_partition_and_gate() -> None:
+    md = render_markdown(_case("evidence_gate_failed"))
+    assert "| 2026-05-03 | 100 / 97 / 97 | **3%** |" in md
+    assert "| row_count_parity | 197 (diff 3.0, 1.5%) | 200 | <= 0% | **FAIL** |" in md
+    assert "Not promoted" in md and "Roll back" not in md
+
+
+def test_markdown_cells_cannot_break_the_table() -> None:
+    data = copy.deepcopy(_case("evidence"))
+    data["sparkguard"]["plan"]["reason"] = "a | b\nc"
+    md = render_markdown(data)
+    assert "| Reason | a \\| b c |" in md
+
+
+def test_rollback_sql_with_backquotes_stays_one_code_span() -> None:
+    md = render_markdown(_case("evidence"))
+    assert "- Or in SQL: `` RESTORE TABLE delta.`/lake/target/orders_clean` TO VERSION AS OF 2 ``" \
+        in md.splitlines()
+
+
+# -- chart ------------------------------------------------------------------------------------
+
+def test_panels_measure_each_partition_against_its_threshold() -> None:
+    rows, gross, line_total = panels(_case("evidence_gate_failed"))
+    assert rows.partitions == ("2026-05-02", "2026-05-03")
+    assert (rows.unit, rows.threshold, rows.deltas) == ("%", 0.0, (0.0, 3.0))
+    assert rows.breaches == ("2026-05-03",)
+    assert gross.title == "orders_clean: gross_amount" and gross.threshold == 0.01
+    assert gross.breaches == () and gross.deltas == (0.0, 0.0)
+    # the promotion lowers amounts (the defect multiplied them by 10 in 20 % of rows)
+    assert all(c is not None and -70 < c < -60 for c in gross.changes_pct)
+    assert line_total.changes_pct[1] == pytest.approx(-66.1, abs=0.05)
+
+
+def test_panels_fall_back_to_slices_without_a_full_window() -> None:
+    data = copy.deepcopy(_case("evidence_gate_failed"))
+    data["sparkguard"]["targets"][0]["full_window"] = None
+    (rows, *_) = panels(data)
+    assert rows.partitions == ("2026-05-02", "2026-05-03")
+    assert rows.deltas == (0.0, 0.0)  # the slices, unlike the edited window, matched
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    raw = path.read_bytes()
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG signature"
+    length, kind = struct.unpack(">I4s", raw[8:16])
+    assert kind == b"IHDR" and length == 13
+    ihdr = raw[16:29]
+    assert struct.unpack(">I", raw[29:33])[0] == zlib.crc32(b"IHDR" + ihdr)
+    assert raw[-12:] == b"\x00\x00\x00\x00IEND\xaeB`\x82"
+    width, height = struct.unpack(">II", ihdr[:8])
+    return width, height
+
+
+@pytest.mark.skipif(not chart_available(), reason="matplotlib (extra 'chart') not installed")
+@pytest.mark.parametrize("name", CASES)
+def test_chart_is_a_valid_png(name: str, tmp_path: Path) -> None:
+    path = tmp_path / "chart.png"
+    assert write_chart(_case(name), path)
+    width, height = _png_size(path)
+    assert width >= 600 and height >= 3 * 200  # one panel per check: rows + 2 metrics
+    assert path.stat().st_size > 5000
+
+
+def test_no_chart_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
+    assert not chart_available()
+    assert not write_chart(_case("evidence"), tmp_path / "chart.png")
+    assert not (tmp_path / "chart.png").exists()
