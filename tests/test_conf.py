@@ -81,6 +81,8 @@ def test_every_variable_used_is_declared(bundle: dict[str, Any],
         assert used <= declared, f"{path.name} uses undeclared variables {used - declared}"
     for name, target in bundle["targets"].items():
         assert set(target.get("variables", {})) <= declared, name
+    # Delta tables by path do not belong in a volume: home must be given, not defaulted there
+    assert "default" not in bundle["variables"]["home"]
 
 
 def test_cluster_runs_a_runtime_matching_the_pinned_spark(bundle: dict[str, Any],
