@@ -17,7 +17,13 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkguard import delta_ops
-from sparkguard.errors import GateFailedError, GuardError, PlanError, SparkguardError
+from sparkguard.errors import (
+    GateFailedError,
+    GuardError,
+    PlanError,
+    SparkguardError,
+    TargetMovedError,
+)
 from sparkguard.evidence import write_evidence
 from sparkguard.faults import failpoint
 from sparkguard.guard import blocking, static_findings, target_order
@@ -50,6 +56,7 @@ class TargetState:
     schema_gates: list[GateResult] = field(default_factory=list)
     window: ReconcileResult | None = None
     reconciled_version: int | None = None
+    start_version: int | None = None  # target version when the run took its lock
     rollback_version: int | None = None
     promoted_version: int | None = None
     verified: bool = False
@@ -91,6 +98,7 @@ class _Run:
         self.resumed_state: str | None = None
         self.targets: dict[str, TargetState] = {}
         self.locked: list[str] = []
+        self.holds_locks = False  # False: refused or not yet locked, so the ledger is not ours
         self.stage_log: list[dict[str, Any]] = []
         shadow_root = plan.execution.shadow_location or f"{home.rstrip('/')}/shadow"
         for t in target_order(plan):
@@ -204,6 +212,9 @@ class _Run:
                 for label, rb in (e["details"].get("rollback_versions") or {}).items():
                     if label in self.targets:
                         self.targets[label].rollback_version = int(rb)
+                for label, sv0 in (e["details"].get("start_versions") or {}).items():
+                    if label in self.targets:
+                        self.targets[label].start_version = int(sv0)
             self.say(f"resuming run {self.run_id} (last state {self.resumed_state})")
         else:
             self.run_id = new_run_id()
@@ -214,13 +225,18 @@ class _Run:
                                 stale_after_s=self.options.stale_lock_after_s)
             self.locked.append(st.ref.display)
             del label
+        self.holds_locks = True
         if self.source_version is None and self.source_ref and delta_ops.table_exists(
                 self.spark, self.source_ref):
             self.source_version = delta_ops.current_version(self.spark, self.source_ref)
+        for st in self.targets.values():
+            if st.start_version is None and delta_ops.table_exists(self.spark, st.ref):
+                st.start_version = delta_ops.current_version(self.spark, st.ref)
         if resumable is None:
             self.ledger.record_run(
                 self.run_id, "started", plan_name=self.plan.name, fingerprint=self.fp,
                 owner=self.plan.owner, source_version=self.source_version,
+                start_versions={label: st.start_version for label, st in self.targets.items()},
                 plan_path=self.plan_path, dry_run=self.options.dry_run,
                 approvals=[a.model_dump(mode="json") for a in valid_approvals(self.plan)])
         self.say(f"run {self.run_id}: plan {self.plan.name} fingerprint {self.fp[:12]}, source "
@@ -399,6 +415,7 @@ class _Run:
         txn = (f"sparkguard-{self.run_id}-{label}", 1)
 
         def do_promote() -> None:
+            self._check_window_unchanged(st)  # again on every retry after a conflict
             if st.spec.promotion is Promotion.REPLACE_WHERE:
                 delta_ops.promote_replace_where(shadow, st.ref, self.pred(self.parts),
                                                 promo_meta, txn)
@@ -421,6 +438,28 @@ class _Run:
                     rollback_version=current)
         failpoint("after_promote_ledger")
         self._verify(st)
+
+    def _check_window_unchanged(self, st: TargetState) -> None:
+        """Refuse to promote over rows another writer put in the window during the run.
+
+        The promotion replaces the whole window, so rows committed there by someone else
+        since the run took its lock would be silently lost; stop instead (target untouched,
+        publish stays paused). Writes outside the window are fine and survive promotion.
+        """
+        if st.start_version is None:
+            return
+        now = delta_ops.current_version(self.spark, st.ref)
+        if now == st.start_version:
+            return
+        before = table_fingerprint(self.target_df(st, self.parts, st.start_version))
+        after = table_fingerprint(self.target_df(st, self.parts, now))
+        if before != after:
+            raise TargetMovedError(
+                f"{st.spec.label}: another writer changed the window of {st.ref.display} during "
+                f"the run (version {st.start_version} -> {now}; window rows {before['rows']} -> "
+                f"{after['rows']}); promoting would overwrite its rows, so nothing was promoted "
+                "and publish stays paused. Re-run once that writer has finished: the new run "
+                "reconciles against the target as it is then")
 
     def _verify(self, st: TargetState) -> None:
         label = st.spec.label
@@ -567,7 +606,7 @@ def _run_backfill(spark: SparkSession, plan: BackfillPlan, plan_path: str, *, ho
             elif s.kind == "resume":
                 run.stage_resume(s)
         return RunOutcome(run.run_id, 0, "promoted and verified", evidence_path, run.targets)
-    except GateFailedError as exc:
+    except (GateFailedError, TargetMovedError) as exc:
         restored = _restore_promoted(run, str(exc))
         run.ledger.record_run(run.run_id, "gate_failed", fingerprint=run.fp, error=str(exc),
                               restored=restored)
@@ -577,11 +616,11 @@ def _run_backfill(spark: SparkSession, plan: BackfillPlan, plan_path: str, *, ho
                 "publish stays paused.")
         return RunOutcome(run.run_id, 1, str(exc), evidence_path, run.targets)
     except (PlanError, SparkguardError) as exc:
-        if run.run_id:
+        if run.holds_locks:  # a run refused its lock writes nothing (the holder's run is live)
             run.ledger.record_run(run.run_id, "failed", fingerprint=run.fp, error=str(exc))
         raise
     except Exception as exc:
-        if run.run_id:
+        if run.holds_locks:
             restored = _restore_promoted(run, f"runtime failure: {exc}")
             run.ledger.record_run(run.run_id, "failed", fingerprint=run.fp,
                                   error=str(exc)[:2000], restored=restored)
