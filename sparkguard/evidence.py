@@ -371,6 +371,12 @@ def render_markdown(data: dict[str, Any]) -> str:
                   + f": {' '.join(str(g['reason']).split())}" for g in sg["failed_gates"]]
     for t in sg["targets"]:
         lines += _target(data, t)
+    for rb in sg.get("rollbacks") or []:
+        lines += ["", f"## Rolled back at {rb['at']} by {rb['by']}"
+                      f"{' (forced)' if rb.get('forced') else ''}", ""]
+        lines += [f"- {_code(r['dataset'])}: restored to version {r['rollback_version']} (new "
+                  f"version {r['new_version']}); verified: {r['verified']}"
+                  for r in rb.get("targets") or []]
     if sg.get("chart"):
         lines += ["", "## Per-partition deltas against thresholds", "",
                   f"![per-partition row-count and metric deltas]({sg['chart']})"]

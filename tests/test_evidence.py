@@ -175,3 +175,15 @@ def test_no_chart_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert not chart_available()
     assert not write_chart(_case("evidence"), tmp_path / "chart.png")
     assert not (tmp_path / "chart.png").exists()
+
+
+def test_markdown_shows_rollbacks_recorded_in_the_evidence() -> None:
+    data = copy.deepcopy(_case("evidence"))
+    data["sparkguard"]["rollbacks"] = [{
+        "at": "2026-05-21T08:00:00+00:00", "by": "oncall@example.com", "forced": False,
+        "targets": [{"dataset": "/lake/target/orders_clean", "rollback_version": 2,
+                     "new_version": 4, "verified": True}]}]
+    md = render_markdown(data)
+    assert "## Rolled back at 2026-05-21T08:00:00+00:00 by oncall@example.com\n" in md
+    assert "- `/lake/target/orders_clean`: restored to version 2 (new version 4); verified: True" \
+        in md.splitlines()
