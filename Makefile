@@ -43,5 +43,10 @@ bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
 	flock $(SPARK_LOCK) $(BIN)/python bench/reconcile.py
 
+# The README's Reliability table: a real spark-submit killed at every failpoint and re-run,
+# the concurrency scenarios and the hostile-plan corpus (about 45 min on 2 cores).
+reliability: $(STAMP)
+	flock $(SPARK_LOCK) $(BIN)/python bench/reliability.py
+
 clean:
 	rm -rf demo-lake spark-warehouse metastore_db derby.log .pytest_cache
