@@ -45,11 +45,32 @@ from sparkguard.faults import FAILPOINTS, ROLLBACK_FAILPOINTS  # noqa: E402
 from tests.lakes import WINDOW, build_base, copy_lake, write_plan  # noqa: E402
 
 __all__ = [
-    "BACKFILL_FAILPOINTS", "SUBSET", "WINDOW_MOMENTS", "CrashOutcome", "Expected", "Lake",
-    "LedgerCheck", "RollbackOutcome", "ScenarioOutcome", "TableCheck", "appends_outside_window",
-    "check_ledger", "check_table", "crash_backfill", "crash_rollback", "expected_states",
-    "main", "make_base", "new_lake", "paused_after_crash", "spark_submit", "state_after_crash",
-    "two_runs_at_once", "window_writer",
+    "BACKFILL_FAILPOINTS",
+    "SCENARIOS",
+    "SUBSET",
+    "WINDOW_MOMENTS",
+    "CrashOutcome",
+    "Expected",
+    "Lake",
+    "LedgerCheck",
+    "RollbackOutcome",
+    "ScenarioOutcome",
+    "TableCheck",
+    "appends_outside_window",
+    "check_ledger",
+    "check_table",
+    "crash_backfill",
+    "crash_rollback",
+    "expected_states",
+    "main",
+    "make_base",
+    "new_lake",
+    "paused_after_crash",
+    "second_run_mid_run",
+    "spark_submit",
+    "state_after_crash",
+    "two_runs_at_once",
+    "window_writer",
 ]
 
 KILLED = 137  # what a failpoint exits with, like SIGKILL
@@ -193,7 +214,7 @@ class LedgerCheck:
     run_states: dict[str, str]  # run id -> newest state
     promote_commits: list[tuple[int, str]]  # (version, run id) of every promote commit
     ledger_promoted: dict[str, int]  # run id -> promoted version the ledger recorded
-    locks_held: int
+    locks_held: int  # targets whose lock is still held
     paused: bool
 
     def done_runs(self) -> list[str]:
@@ -255,7 +276,9 @@ def _delta_rows(spark: SparkSession, path: str) -> list[dict[str, Any]]:
 
 
 def check_ledger(spark: SparkSession, lake: Lake) -> LedgerCheck:
-    """Read the ledger, lock and publish tables and the target history directly."""
+    """Read the ledger's run events and the target history directly; locks and publish state
+    through their one-call APIs (what an operator or a downstream job would ask)."""
+    from sparkguard.ledger import Ledger
     from sparkguard.publish import PublishControl
 
     events = sorted(_delta_rows(spark, f"{lake.home}/ledger/runs"), key=lambda e: e["at"])
@@ -263,12 +286,16 @@ def check_ledger(spark: SparkSession, lake: Lake) -> LedgerCheck:
     promoted: dict[str, int] = {}
     for e in events:
         states[e["run_id"]] = e["state"]
-        details = json.loads(e["details"] or "{}")
+        if e["state"] != "promoted":
+            continue
+        details = json.loads(e.get("details") or "{}")
         if LABEL in (details.get("promoted_versions") or {}):
             promoted[e["run_id"]] = int(details["promoted_versions"][LABEL])
+        elif e.get("target_version_written") is not None:
+            promoted[e["run_id"]] = int(e["target_version_written"])
     commits = [(v, m.get("run_id", "")) for v, m in _history(spark, lake.target)
                if m.get("action") == "promote"]
-    locks = len(_delta_rows(spark, f"{lake.home}/ledger/locks"))
+    locks = int(Ledger(spark, lake.home).lock_holder(lake.target) is not None)
     paused = PublishControl(spark, lake.home).is_paused(lake.target)
     return LedgerCheck(states, commits, promoted, locks, paused)
 
@@ -482,6 +509,7 @@ class ScenarioOutcome:
     notes: dict[str, Any] = field(default_factory=dict)
     found: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    submits: int = 0  # real spark-submit runs it took
 
     def problems(self) -> list[str]:
         return list(self.found)
@@ -502,16 +530,74 @@ def two_runs_at_once(spark: SparkSession, lake: Lake, exp: Expected) -> Scenario
     if sorted(codes) != [0, 2]:
         found.append(f"exit codes {codes}, expected one 0 and one 2")
     winner = ledger.done_runs()
+    refusal = ""
     if sorted(codes) == [0, 2] and winner:
         loser = logs[codes.index(2)].read_text(encoding="utf-8", errors="replace")
-        if f"locked by run {winner[0]}" not in loser:
+        refusal = next((ln for ln in loser.splitlines() if winner[0] in ln), "")
+        if not refusal:
             found.append(f"the refused run does not name the holder {winner[0]}")
     if len(ledger.run_states) != 1:
         found.append(f"{len(ledger.run_states)} runs in the ledger; the refused one must write "
                      f"nothing: {ledger.run_states}")
     found += after.problems("clean") + ledger.problems()
     return ScenarioOutcome("two runs of the same plan at once", codes, after, ledger,
-                           {"winner": winner}, found, time.monotonic() - t0)
+                           {"winner": winner, "refusal": refusal}, found, time.monotonic() - t0,
+                           2)
+
+
+def _wait_for_pause(lake: Lake, proc: subprocess.Popen[bytes],
+                    timeout_s: float = SUBMIT_TIMEOUT_S) -> bool:
+    """Wait until the run in ``proc`` paused publish (its control table's first commit is on
+    disk; a file check, so the wait costs no Spark job); False if ``proc`` ended first."""
+    first_commit = Path(lake.home) / "control" / "publish" / "_delta_log" / f"{0:020d}.json"
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        if first_commit.exists():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _cli_in_process(argv: list[str]) -> tuple[int, str]:
+    """``sparkguard <argv>`` in this process (its active session); (exit code, stderr)."""
+    import contextlib
+    import io
+
+    from sparkguard.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, err.getvalue()
+
+
+def second_run_mid_run(spark: SparkSession, lake: Lake, exp: Expected) -> ScenarioOutcome:
+    """The same plan run again while a first run is under way: it must not join in.
+
+    The first run is a real ``spark-submit``; once the ledger shows it paused publish, the
+    same command runs in this process (no JVM start, so it surely reaches its lock while the
+    first is still writing shadows) and must exit 2 naming the holder, writing nothing.
+    """
+    t0 = time.monotonic()
+    first = start_submit("backfill.py", ["--plan", str(lake.plan)],
+                         lake.root.parent / f"{lake.root.name}-first.log")[0]
+    mid_run = _wait_for_pause(lake, first)
+    code2, err = _cli_in_process(["run", "--plan", str(lake.plan)])
+    overlapped = first.poll() is None
+    codes = [first.wait(timeout=SUBMIT_TIMEOUT_S), code2]
+    after, ledger = check_table(spark, lake, exp), check_ledger(spark, lake)
+    found = [] if mid_run and overlapped else [
+        "the second run did not overlap the first; the scenario proved nothing"]
+    if codes != [0, 2]:
+        found.append(f"exit codes {codes} (first, second), expected [0, 2]")
+    winner = ledger.done_runs()
+    refusal = next((ln for ln in err.splitlines() if winner and winner[0] in ln), "")
+    if winner and not refusal:
+        found.append(f"the second run does not name the holder {winner[0]}")
+    found += after.problems("clean") + ledger.problems()
+    return ScenarioOutcome("same plan run again mid-run", codes, after, ledger,
+                           {"winner": winner, "refusal": refusal, "overlapped": overlapped},
+                           found, time.monotonic() - t0, 1)
 
 
 OUTSIDE_DAYS = (0, len(WINDOW) + 3)  # day offsets from the first lake day, outside the window
@@ -529,7 +615,7 @@ def _other_writer_rows(spark: SparkSession, lake: Lake, batch: int, days: Sequen
 
 
 def appends_outside_window(spark: SparkSession, lake: Lake, exp: Expected,
-                           pause_s: float = 0.5) -> ScenarioOutcome:
+                           pause_s: float = 2.0) -> ScenarioOutcome:
     """Another writer appends outside the window for as long as a real backfill runs."""
     import datetime as dt
 
@@ -561,7 +647,7 @@ def appends_outside_window(spark: SparkSession, lake: Lake, exp: Expected,
         found.append("no append landed before the promotion; the scenario proved nothing")
     found += after.problems("clean") + ledger.problems()
     return ScenarioOutcome("appends outside the window during a run", [code], after, ledger,
-                           notes, found, time.monotonic() - t0)
+                           notes, found, time.monotonic() - t0, 1)
 
 
 class _WindowWriter:
@@ -652,16 +738,28 @@ def window_writer(spark: SparkSession, lake: Lake, exp: Expected, moment: str) -
                            time.monotonic() - t0)
 
 
+Scenario = Callable[[SparkSession, Lake, Expected], ScenarioOutcome]
+SCENARIOS: dict[str, Scenario] = {
+    "twins": two_runs_at_once,
+    "second-mid-run": second_run_mid_run,
+    "appends-outside": appends_outside_window,
+    "window-after-pause": lambda sp, lk, ex: window_writer(sp, lk, ex, "after publish paused"),
+    "window-before-promote": lambda sp, lk, ex: window_writer(
+        sp, lk, ex, "between reconciliation and promotion"),
+}
+
+
 # -- hostile plans ----------------------------------------------------------------------------
 
 BAD_PLANS_TESTS = ROOT / "tests" / "test_bad_plans.py"
 
 
 def hostile_plans(log: Path) -> tuple[int, int]:
-    """(passed, total) test cases of ``tests/test_bad_plans.py``, run by pytest.
+    """(refused as required, total) hostile or malformed plans of ``tests/test_bad_plans.py``.
 
-    Each case there submits one hostile or malformed plan and asserts exit 2, a message
-    naming the field, and nothing written. Returns (0, 0) when the file does not exist.
+    That file's corpus runs through pytest; each ``*bad_plan_refused*`` case submits one bad
+    plan and asserts exit 2, a message naming the field and the fix, and a byte-identical
+    tree (nothing written). Returns (0, 0) when the file does not exist.
     """
     if not BAD_PLANS_TESTS.exists():
         return 0, 0
@@ -672,7 +770,8 @@ def hostile_plans(log: Path) -> tuple[int, int]:
                        stderr=subprocess.STDOUT, check=False)
     import xml.etree.ElementTree as ET
 
-    cases = list(ET.parse(xml).getroot().iter("testcase"))
+    cases = [c for c in ET.parse(xml).getroot().iter("testcase")
+             if "bad_plan_refused" in c.get("name", "")]
     failed = sum(1 for c in cases if c.find("failure") is not None or c.find("error") is not None
                  or c.find("skipped") is not None)
     return len(cases) - failed, len(cases)
@@ -729,8 +828,7 @@ def render(fig: Figures) -> str:
     dups = sum(o.after_crash.duplicate_keys + o.after_rerun.duplicate_keys for o in fps) + \
         sum(o.after.duplicate_keys for o in fig.scenarios)
     appended = sum(int(o.notes.get("rows_appended", 0)) for o in fig.scenarios)
-    submits = 2 * len(fps) + _count(lambda o: "two runs" in o.name, fig.scenarios) * 2 + \
-        _count(lambda o: "appends" in o.name, fig.scenarios)
+    submits = 2 * len(fps) + sum(o.submits for o in fig.scenarios)
     passed, total = fig.bad_plans
     lines = [
         "| Figure | Value |",
@@ -770,7 +868,7 @@ def render(fig: Figures) -> str:
     return "\n".join(lines)
 
 
-def run_all(spark: SparkSession, work: Path, faults: Sequence[str], concurrency: bool,
+def run_all(spark: SparkSession, work: Path, faults: Sequence[str], scenarios: Sequence[str],
             bad_plans: bool) -> Figures:
     """Every requested failpoint, the concurrency scenarios and the hostile plans."""
     t0 = time.monotonic()
@@ -796,15 +894,10 @@ def run_all(spark: SparkSession, work: Path, faults: Sequence[str], concurrency:
         fig.rollbacks.append(out_rb)
         _say(f"{fault}: {out_rb.seconds:.0f}s "
              f"{'ok' if not out_rb.problems() else out_rb.problems()}")
-    if concurrency:
-        for name, fn in [("twins", two_runs_at_once), ("appends", appends_outside_window)]:
-            s = fn(spark, new_lake(base, work / name / "lake"), exp)
-            fig.scenarios.append(s)
-            _say(f"{s.name}: {s.seconds:.0f}s {s.problems() or 'ok'}")
-        for i, moment in enumerate(WINDOW_MOMENTS):
-            s = window_writer(spark, new_lake(base, work / f"window{i}" / "lake"), exp, moment)
-            fig.scenarios.append(s)
-            _say(f"{s.name}: {s.seconds:.0f}s {s.problems() or 'ok'}")
+    for name in scenarios:
+        s = SCENARIOS[name](spark, new_lake(base, work / name / "lake"), exp)
+        fig.scenarios.append(s)
+        _say(f"{s.name}: {s.seconds:.0f}s {s.problems() or 'ok'}")
     if bad_plans:
         fig.bad_plans = hostile_plans(work / "bad_plans.log")
         _say(f"hostile plans rejected: {fig.bad_plans[0]} / {fig.bad_plans[1]}")
@@ -816,17 +909,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--faults", nargs="*", default=list(FAILPOINTS),
                         help="failpoints to crash at (default: all)")
-    parser.add_argument("--no-concurrency", action="store_true")
+    parser.add_argument("--scenarios", nargs="*", default=list(SCENARIOS),
+                        help=f"concurrency scenarios (default: all of {', '.join(SCENARIOS)})")
     parser.add_argument("--no-bad-plans", action="store_true")
     parser.add_argument("--work", help="keep lakes and logs here (default: a temp folder)")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.faults) - set(FAILPOINTS))
+    unknown = sorted(set(args.faults) - set(FAILPOINTS)) + sorted(set(args.scenarios) - set(
+        SCENARIOS))
     if unknown:
-        parser.error(f"unknown failpoint(s) {unknown}; see `sparkguard faults`")
+        parser.error(f"unknown failpoint(s) or scenario(s) {unknown}; see `sparkguard faults`")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="sg-reliability-"))
     spark = _session()
     try:
-        fig = run_all(spark, work, args.faults, not args.no_concurrency, not args.no_bad_plans)
+        fig = run_all(spark, work, args.faults, args.scenarios, not args.no_bad_plans)
     finally:
         spark.stop()
     for o in fig.all_outcomes():
@@ -840,3 +935,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
