@@ -76,7 +76,7 @@ __all__ = [
 KILLED = 137  # what a failpoint exits with, like SIGKILL
 BACKFILL_FAILPOINTS = tuple(f for f in FAILPOINTS if f not in ROLLBACK_FAILPOINTS)
 # What `make test` runs; SPARKGUARD_FULL_CRASH=1 runs every failpoint.
-SUBSET = ("mid_slices", "after_promote_commit", "after_promote_ledger", "mid_rollback")
+SUBSET = ("mid_slices", "after_promote_commit", "mid_rollback")
 COLUMNS = ("order_id", "order_date", "customer_id", "currency", "status", "quantity", "amount",
            "line_total")
 KEY = "order_id"
