@@ -2,30 +2,46 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from sparkguard.sql import TableRef, merge_condition, restore_statement
 
 __all__ = [
+    "DATA_NEUTRAL_OPERATIONS",
+    "LOG_TABLE_PROPERTIES",
+    "PromotionState",
+    "append_rows",
     "commit_metadata",
     "commits_since",
+    "create_log_table",
     "current_version",
+    "delta_log_exists",
     "find_commit",
+    "foreign_commits",
+    "is_conflict",
+    "literal_frame",
     "missing_files_for_version",
     "promote_merge",
     "promote_replace_where",
+    "promotion_state",
     "read_table",
     "read_version",
     "restore",
     "retention_properties",
+    "revert_window",
+    "snapshot_files",
     "table_exists",
     "user_metadata",
     "with_conflict_retry",
@@ -34,6 +50,8 @@ __all__ = [
 
 T = TypeVar("T")
 _USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+_TXN_APP_CONF = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 
 
 def table_exists(spark: SparkSession, ref: TableRef) -> bool:
@@ -50,9 +68,73 @@ def table_exists(spark: SparkSession, ref: TableRef) -> bool:
         return False
 
 
+def _hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """(Hadoop FileSystem, Path) for ``path``, through the session's Hadoop configuration."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
+
+
+def delta_log_exists(spark: SparkSession, path: str) -> bool:
+    """Whether ``<path>/_delta_log`` exists: a file-system call, no Spark job."""
+    fs, hpath = _hadoop_path(spark, path.rstrip("/") + "/_delta_log")
+    return bool(fs.exists(hpath))
+
+
+LOG_TABLE_PROPERTIES = {"delta.checkpointInterval": "100", "delta.appendOnly": "true"}
+
+
+def literal_frame(spark: SparkSession, schema: StructType, rows: Sequence[Sequence[Any]]
+                  ) -> DataFrame:
+    """A small DataFrame of ``rows`` built from literals in the JVM (no Python worker job).
+
+    Every value becomes a typed literal cast to its field's type, so nothing is rendered as SQL
+    text. Several times cheaper than ``createDataFrame`` for the one-row appends of the ledger.
+    """
+    if not rows:
+        return spark.createDataFrame([], schema)
+    structs = [F.struct(*[F.lit(v).cast(f.dataType).alias(f.name)
+                          for v, f in zip(row, schema.fields, strict=True)]) for row in rows]
+    return spark.range(1).select(F.inline(F.array(*structs)))
+
+
+def create_log_table(spark: SparkSession, path: str, schema: StructType) -> None:
+    """Create an append-only log table (ledger, publish control) unless it exists.
+
+    Checkpoints every 100 commits instead of 10: a run appends a dozen small events and reads
+    the table once, and each checkpoint costs several Spark jobs.
+    """
+    if delta_log_exists(spark, path):
+        return
+    writer = spark.createDataFrame([], schema).write.format("delta").mode("append")
+    for key, value in LOG_TABLE_PROPERTIES.items():
+        writer = writer.option(key, value)
+    try:
+        writer.save(path)
+    except Exception:
+        if not delta_log_exists(spark, path):  # another run created it at the same moment
+            raise
+
+
+def append_rows(spark: SparkSession, path: str, schema: StructType,
+                rows: Sequence[Sequence[Any]], txn: tuple[str, int] | None = None,
+                metadata: str | None = None) -> None:
+    """Append ``rows`` in one commit (bounded retry on conflicts). With ``txn``, Delta skips
+    the write when that txnAppId already committed that txnVersion or a later one;
+    ``metadata`` becomes the commit's userMetadata."""
+    writer = literal_frame(spark, schema, rows).write.format("delta").mode("append")
+    if metadata is not None:
+        writer = writer.option("userMetadata", metadata)
+    if txn is not None:
+        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+    with_conflict_retry(lambda: writer.save(path), attempts=5, delay_s=0.5, log=lambda _m: None)
+
+
 def _delta(spark: SparkSession, ref: TableRef) -> DeltaTable:
     if ref.path is not None:
         return DeltaTable.forPath(spark, ref.path)
+    assert ref.name is not None
     return DeltaTable.forName(spark, ref.name)
 
 
@@ -109,7 +191,7 @@ def commits_since(spark: SparkSession, ref: TableRef, version: int,
 
 def find_commit(spark: SparkSession, ref: TableRef, run_id: str, action: str,
                 after_version: int) -> int | None:
-    """Version of this run's commit of ``action`` after ``after_version``, if it exists."""
+    """Version of this run's newest commit of ``action`` after ``after_version``, if any."""
     for c in commits_since(spark, ref, after_version):
         meta = commit_metadata(c.get("userMetadata"))
         if meta and meta.get("run_id") == run_id and meta.get("action") == action:
@@ -117,17 +199,78 @@ def find_commit(spark: SparkSession, ref: TableRef, run_id: str, action: str,
     return None
 
 
+# Commits that change no row: a RESTORE over them loses nothing of their writer's.
+DATA_NEUTRAL_OPERATIONS = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE"})
+
+
+def foreign_commits(commits: Sequence[dict[str, Any]], run_id: str,
+                    data_only: bool = False) -> list[dict[str, Any]]:
+    """The commits (from :func:`commits_since`) not written by ``run_id``; with ``data_only``,
+    without those that change no row (VACUUM, OPTIMIZE)."""
+    out = []
+    for c in commits:
+        meta = commit_metadata(c.get("userMetadata"))
+        if meta and meta.get("run_id") == run_id:
+            continue
+        if data_only and c.get("operation") in DATA_NEUTRAL_OPERATIONS:
+            continue
+        out.append(c)
+    return out
+
+
+@dataclass(frozen=True)
+class PromotionState:
+    """What a target's history says about one run's promotion of one target."""
+
+    promoted_version: int | None  # the run's promote commit, unless a later restore undid it
+    undone: int  # how many times the run restored this target after promoting it
+    foreign: tuple[dict[str, Any], ...]  # commits by others after the run's newest commit
+
+    @property
+    def next_txn_version(self) -> int:
+        """txnVersion for the next promotion attempt (a repeat of the same one is a no-op)."""
+        return self.undone + 1
+
+
+def promotion_state(commits: Sequence[dict[str, Any]], run_id: str, label: str) -> PromotionState:
+    """Fold the commits after the rollback point (newest first) for one run and target."""
+    promoted: int | None = None
+    undone = 0
+    foreign: list[dict[str, Any]] = []
+    for c in sorted(commits, key=lambda c: int(c["version"])):
+        meta = commit_metadata(c.get("userMetadata"))
+        own = bool(meta and meta.get("run_id") == run_id and meta.get("target", label) == label)
+        if not own:
+            foreign.append(c)
+            continue
+        assert meta is not None
+        foreign = []
+        if meta.get("action") == "promote":
+            promoted = int(c["version"])
+        elif meta.get("action") in ("restore", "rollback") and promoted is not None:
+            promoted = None
+            undone += 1
+    return PromotionState(promoted, undone, tuple(foreign))
+
+
 @contextmanager
-def _commit_user_metadata(spark: SparkSession, metadata: str):  # type: ignore[no-untyped-def]
-    previous = spark.conf.get(_USER_METADATA_CONF, None)
-    spark.conf.set(_USER_METADATA_CONF, metadata)
+def _session_confs(spark: SparkSession, confs: dict[str, str]) -> Iterator[None]:
+    """Set session confs for one statement, then put back what was there."""
+    previous = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
     try:
         yield
     finally:
-        if previous is None:
-            spark.conf.unset(_USER_METADATA_CONF)
-        else:
-            spark.conf.set(_USER_METADATA_CONF, previous)
+        for k, old in previous.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
+
+
+def _commit_user_metadata(spark: SparkSession, metadata: str) -> contextlib.AbstractContextManager[None]:
+    return _session_confs(spark, {_USER_METADATA_CONF: metadata})
 
 
 def write_partitions(df: DataFrame, ref: TableRef, predicate: str, partition_column: str,
@@ -163,12 +306,14 @@ def promote_replace_where(df: DataFrame, ref: TableRef, predicate: str, metadata
 
 
 def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequence[str],
-                  window_predicate_target: str, delete_unmatched: bool, metadata: str) -> None:
+                  window_predicate_target: str, delete_unmatched: bool, metadata: str,
+                  txn: tuple[str, int] | None = None) -> None:
     """Promote the window in one MERGE commit on the business keys.
 
     ``window_predicate_target`` is the window predicate qualified with alias ``t``; it bounds
     both matching and, when ``delete_unmatched``, the deletion of rows the recomputation no
-    longer produces, so rows outside the window are never touched.
+    longer produces, so rows outside the window are never touched. ``txn`` sets Delta's
+    ``write.txnAppId``/``write.txnVersion`` for the statement: a repeat is a no-op.
     """
     cols = df.columns
     cond = f"({merge_condition(keys)}) AND {window_predicate_target}"
@@ -177,7 +322,10 @@ def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Seque
                .whenNotMatchedInsert(values={f"`{c}`": f"s.`{c}`" for c in cols}))
     if delete_unmatched:
         builder = builder.whenNotMatchedBySourceDelete(condition=window_predicate_target)
-    with _commit_user_metadata(spark, metadata):
+    confs = {_USER_METADATA_CONF: metadata}
+    if txn is not None:
+        confs |= {_TXN_APP_CONF: txn[0], _TXN_VERSION_CONF: str(txn[1])}
+    with _session_confs(spark, confs):
         builder.execute()
 
 
@@ -190,47 +338,92 @@ def restore(spark: SparkSession, ref: TableRef, version: int, metadata: str | No
         spark.sql(restore_statement(ref, version))
 
 
+def revert_window(spark: SparkSession, ref: TableRef, version: int, predicate: str,
+                  metadata: str) -> None:
+    """Put the rows matching ``predicate`` back as they were at ``version``, in one commit.
+
+    Unlike RESTORE, commits of other writers outside the window are kept.
+    """
+    old = read_version(spark, ref, version).filter(predicate)
+    writer = (old.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+              .option("userMetadata", metadata))
+    if ref.path is not None:
+        writer.save(ref.path)
+    else:
+        assert ref.name is not None
+        writer.saveAsTable(ref.name)
+
+
 def retention_properties(spark: SparkSession, ref: TableRef) -> dict[str, str]:
     """The table's Delta properties (log/file retention among them)."""
     row = _delta(spark, ref).detail().select("properties").first()
     return dict(row["properties"] or {}) if row else {}
 
 
+def snapshot_files(spark: SparkSession, ref: TableRef, version: int | None = None) -> set[str]:
+    """Data files of a snapshot, from the Delta log only (``DataFrame.inputFiles``; no scan)."""
+    df = read_version(spark, ref, version) if version is not None else read_table(spark, ref)
+    return set(df.inputFiles())
+
+
 def missing_files_for_version(spark: SparkSession, ref: TableRef, version: int,
                               limit: int = 20) -> list[str]:
-    """Data files the snapshot at ``version`` needs that are gone (e.g. VACUUMed); bounded."""
-    import os
-    from urllib.parse import unquote, urlparse
+    """Data files the snapshot at ``version`` needs that are gone (e.g. VACUUMed); bounded.
 
-    files = read_version(spark, ref, version).select(F.input_file_name().alias("f")).distinct()
-    # input_file_name needs the scan; collect only the distinct file names (bounded below)
-    missing: list[str] = []
+    Only files absent from the current snapshot can have been vacuumed, so only those are
+    checked, one directory listing per parent directory (object stores: one LIST per
+    partition instead of one HEAD per file). Reading the old snapshot's file list itself
+    failing (its log was cleaned up) is reported as one entry.
+    """
     try:
-        paths = [r["f"] for r in files.limit(100000).collect()]
-    except Exception as exc:  # reading the old snapshot itself failed: files are gone
-        return [f"cannot read version {version}: {str(exc).splitlines()[0]}"]
-    for f in paths:
-        local = unquote(urlparse(f).path) if f.startswith("file:") else f
-        if local.startswith("/") and not os.path.exists(local):
-            missing.append(f)
-            if len(missing) >= limit:
-                break
+        needed = snapshot_files(spark, ref, version) - snapshot_files(spark, ref)
+    except Exception as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        return [f"cannot read the file list of version {version}: {first}"]
+    by_dir: dict[str, list[str]] = {}
+    for f in sorted(needed):
+        by_dir.setdefault(f.rsplit("/", 1)[0], []).append(f)
+    missing: list[str] = []
+    for folder, files in by_dir.items():
+        fs, hdir = _hadoop_path(spark, folder)
+        try:
+            present = {st.getPath().getName() for st in fs.listStatus(hdir)}
+        except Exception:  # the directory itself is gone
+            present = set()
+        for f in files:
+            if f.rsplit("/", 1)[1] not in present and unquote(f.rsplit("/", 1)[1]) not in present:
+                missing.append(f)
+                if len(missing) >= limit:
+                    return missing
     return missing
 
 
+def is_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of Delta's optimistic-concurrency conflicts."""
+    text = type(exc).__name__ + " " + str(exc)[:500]
+    return any(k in text for k in ("Concurrent", "ProtocolChanged", "MetadataChanged",
+                                   "DELTA_CONCURRENT", "DELTA_METADATA_CHANGED",
+                                   "DELTA_PROTOCOL_CHANGED"))
+
+
 def with_conflict_retry(action: Callable[[], T], attempts: int = 3, delay_s: float = 2.0,
-                        log: Callable[[str], None] = print) -> T:
-    """Run ``action``; on a Delta concurrency conflict retry a bounded number of times."""
+                        log: Callable[[str], None] = print,
+                        before_retry: Callable[[], None] | None = None) -> T:
+    """Run ``action``; on a Delta concurrency conflict retry a bounded number of times.
+
+    Each conflict is logged with the attempt number; ``before_retry`` runs before each retry
+    (e.g. to re-check that the write did not land after all). Other errors propagate at once.
+    """
     for attempt in range(1, attempts + 1):
         try:
             return action()
         except Exception as exc:
-            name = type(exc).__name__ + " " + str(exc)[:300]
-            conflict = any(k in name for k in ("Concurrent", "ProtocolChanged", "MetadataChanged",
-                                               "DELTA_CONCURRENT"))
-            if not conflict or attempt == attempts:
+            if not is_conflict(exc) or attempt == attempts:
                 raise
-            log(f"delta conflict on attempt {attempt}/{attempts}: {name.splitlines()[0]}; "
-                f"retrying in {delay_s * attempt:.0f}s")
+            first = (type(exc).__name__ + ": " + str(exc)).splitlines()[0][:300]
+            log(f"delta conflict on attempt {attempt}/{attempts}: {first}; retrying in "
+                f"{delay_s * attempt:.1f}s")
             time.sleep(delay_s * attempt)
+            if before_retry is not None:
+                before_retry()
     raise AssertionError("unreachable")

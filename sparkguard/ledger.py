@@ -1,50 +1,98 @@
-"""The run ledger: append-only Delta tables of run events, slice events and locks.
+"""The run ledger: append-only Delta tables of run events, slice events and lock events.
 
-Append-only rows never conflict with each other under Delta's optimistic concurrency; the
-current state of a run is its newest event. Locks are one MERGE (insert-if-absent), so two
-runs racing for the same target cannot both win.
+Three tables under ``<home>/ledger`` (see ``docs/state-machine.md``):
+
+- ``runs``: one row per state transition of a run (the run's state is its newest event),
+  with the plan fingerprint, versions read and written, elapsed time and details (JSON);
+- ``slices``: one row per slice written and reconciled, with its gate verdicts;
+- ``locks``: one row per lock acquisition, takeover or release. Every event of one target
+  carries the next generation number and is committed with Delta's ``txnAppId`` (one per
+  target) and ``txnVersion`` (= generation): of two runs racing for the same generation,
+  Delta lets exactly one commit; the other's write is skipped or fails with a conflict, and
+  reading the table back tells it who won.
+
+Appends never conflict with each other. A run reads the ledger once when it starts
+(:meth:`Ledger.load`) and from then on only appends; the derivations over the rows
+(:func:`run_progress`, :func:`next_action`, :func:`lock_holders`, ...) are pure functions.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import socket
+import threading
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from sparkguard.delta_ops import table_exists, with_conflict_retry
+from sparkguard.delta_ops import append_rows, create_log_table, delta_log_exists, is_conflict
 from sparkguard.errors import ConcurrentRunError
 from sparkguard.sql import TableRef
 
-__all__ = ["RUN_STATES", "Ledger", "LockInfo", "new_run_id"]
+__all__ = [
+    "RUN_STATES",
+    "TERMINAL_STATES",
+    "Ledger",
+    "LockInfo",
+    "PlanHistory",
+    "RunProgress",
+    "TargetProgress",
+    "lock_decision",
+    "lock_holders",
+    "new_run_id",
+    "next_action",
+    "pid_alive",
+    "run_progress",
+]
 
-# The run state machine (documented in the README):
-# started -> guarded -> paused -> proof_passed -> slices_done -> reconciled
-#   -> promoting -> promoted -> verified -> done
-# with exits: gate_failed, failed, dry_run_passed, rolled_back, restored_after_failure.
-RUN_STATES = (
-    "started", "guarded", "paused", "proof_passed", "slices_done", "reconciled", "promoting",
-    "promoted", "verified", "done", "gate_failed", "failed", "dry_run_passed", "rolled_back",
-    "restored_after_failure", "rolling_back",
-)
-TERMINAL = {"done", "gate_failed", "dry_run_passed", "rolled_back", "restored_after_failure",
-            "rolling_back"}
+# The run state machine; docs/state-machine.md explains each state and what a re-run does.
+RUN_STATES: dict[str, str] = {
+    "started": "lock taken, source version pinned, approvals used recorded",
+    "resumed": "a re-run of the same plan took the run over after a failure or crash",
+    "paused": "publish paused for every target in the control table",
+    "proof_passed": "proof slice written twice with the same content hash and reconciled",
+    "slices_done": "every slice written and reconciled",
+    "reconciled": "full-window gates passed for one target; change preview recorded",
+    "dry_run_passed": "dry run: every gate passed, nothing promoted (terminal)",
+    "target_moved": "a target changed after reconciliation; the window is re-reconciled",
+    "promoting": "rollback point recorded for one target; the promotion commit follows",
+    "promoted": "one target promoted in one commit",
+    "verified": "one target's promoted window equals the shadow (content hash)",
+    "restored": "one target restored to its rollback point after a failure",
+    "published": "evidence written and publish reopened",
+    "done": "run finished: every target promoted, verified, published (terminal)",
+    "gate_failed": "a gate or verification failed; every target unchanged or restored (terminal)",
+    "failed": "runtime failure; targets unchanged or restored; re-run to resume",
+    "abandoned": "lock taken over by another run after the stale timeout (terminal)",
+    "rolling_back": "rollback of a finished run started",
+    "rolled_back": "every target restored to its rollback point and verified (terminal)",
+}
+TERMINAL_STATES = frozenset({"dry_run_passed", "done", "gate_failed", "abandoned", "rolled_back"})
+# Per-target events: they do not change the run's overall state on their own.
+TARGET_EVENTS = frozenset({"reconciled", "target_moved", "promoting", "promoted", "verified",
+                           "restored"})
 
 _RUN_SCHEMA = T.StructType([
     T.StructField("run_id", T.StringType(), False),
     T.StructField("at", T.TimestampType(), False),
     T.StructField("state", T.StringType(), False),
-    T.StructField("plan_name", T.StringType(), True),
-    T.StructField("plan_fingerprint", T.StringType(), True),
-    T.StructField("owner", T.StringType(), True),
     T.StructField("target", T.StringType(), True),
+    T.StructField("plan_name", T.StringType(), True),
+    T.StructField("plan_fingerprint", T.StringType(), False),
+    T.StructField("owner", T.StringType(), True),
+    T.StructField("source_version", T.LongType(), True),
+    T.StructField("target_version_read", T.LongType(), True),
+    T.StructField("target_version_written", T.LongType(), True),
+    T.StructField("elapsed_s", T.DoubleType(), True),
     T.StructField("details", T.StringType(), True),
 ])
 _SLICE_SCHEMA = T.StructType([
@@ -56,37 +104,296 @@ _SLICE_SCHEMA = T.StructType([
     T.StructField("partitions", T.StringType(), False),
     T.StructField("state", T.StringType(), False),
     T.StructField("source_version", T.LongType(), True),
+    T.StructField("rows", T.LongType(), True),
     T.StructField("content_hash", T.StringType(), True),
-    T.StructField("details", T.StringType(), True),
+    T.StructField("elapsed_s", T.DoubleType(), True),
+    T.StructField("gates", T.StringType(), True),
 ])
 _LOCK_SCHEMA = T.StructType([
     T.StructField("target", T.StringType(), False),
+    T.StructField("generation", T.LongType(), False),
+    T.StructField("action", T.StringType(), False),
     T.StructField("run_id", T.StringType(), False),
     T.StructField("owner", T.StringType(), True),
-    T.StructField("acquired_at", T.TimestampType(), False),
+    T.StructField("at", T.TimestampType(), False),
     T.StructField("host", T.StringType(), True),
+    T.StructField("pid", T.LongType(), True),
+    T.StructField("token", T.StringType(), False),
 ])
+_SCHEMAS = {"runs": _RUN_SCHEMA, "slices": _SLICE_SCHEMA, "locks": _LOCK_SCHEMA}
+_MAX_ROWS = 20000  # bound on ledger rows brought to the driver by one read
+
+_clock_lock = threading.Lock()
+_last_at: list[dt.datetime] = []
+_known_tables: set[str] = set()
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:
     """Sortable, unique run id: ``YYYYmmddTHHMMSSZ-xxxxxxxx``."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     return now.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    """UTC now (naive), strictly increasing within this process so events keep their order."""
+    with _clock_lock:
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        if _last_at and now <= _last_at[0]:
+            now = _last_at[0] + dt.timedelta(microseconds=1)
+        _last_at[:] = [now]
+        return now
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str, sort_keys=True)
+
+
+def _decode(row: dict[str, Any], *fields: str) -> dict[str, Any]:
+    for name in fields:
+        raw = row.get(name)
+        try:
+            row[name] = json.loads(raw) if raw else ({} if name == "details" else [])
+        except ValueError:
+            row[name] = {} if name == "details" else []
+    return row
+
+
+# -- pure derivations ---------------------------------------------------------------------------
+
+
+@dataclass
+class TargetProgress:
+    """What the ledger says about one target of a run."""
+
+    reconciled_version: int | None = None
+    rollback_version: int | None = None
+    promoted_version: int | None = None
+    verified: bool = False
+    restored: bool = False
+    dataset: str | None = None
+
+
+@dataclass
+class RunProgress:
+    """A run as derived from its events (oldest first)."""
+
+    run_id: str
+    state: str
+    fingerprint: str
+    plan_name: str | None
+    owner: str | None
+    started_at: dt.datetime
+    last_at: dt.datetime
+    source_version: int | None
+    dry_run: bool
+    targets: dict[str, TargetProgress] = field(default_factory=dict)
+    evidence_path: str | None = None
+    error: str | None = None
+    plan_path: str | None = None
+    recipients: list[str] = field(default_factory=list)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+def run_progress(events: Sequence[dict[str, Any]]) -> RunProgress:
+    """Fold a run's events (oldest first, ``details`` decoded) into its progress."""
+    if not events:
+        raise ValueError("a run has at least one event")
+    first = events[0]
+    prog = RunProgress(
+        run_id=first["run_id"], state=first["state"], fingerprint=first["plan_fingerprint"],
+        plan_name=first.get("plan_name"), owner=first.get("owner"), started_at=first["at"],
+        last_at=first["at"], source_version=None, dry_run=False)
+    for e in events:
+        d = e.get("details") or {}
+        prog.last_at = e["at"]
+        if e["state"] not in TARGET_EVENTS:
+            prog.state = e["state"]
+        if e.get("source_version") is not None:
+            prog.source_version = int(e["source_version"])
+        if e["state"] in ("started", "resumed"):
+            prog.dry_run = bool(d.get("dry_run"))
+            prog.plan_path = d.get("plan_path") or prog.plan_path
+            prog.recipients = list(d.get("recipients") or prog.recipients)
+        prog.evidence_path = d.get("evidence_path") or prog.evidence_path
+        if e["state"] in ("failed", "gate_failed"):
+            prog.error = d.get("error")
+        label = d.get("label")
+        if e["state"] in TARGET_EVENTS and label:
+            tp = prog.targets.setdefault(label, TargetProgress())
+            tp.dataset = e.get("target") or tp.dataset
+            _fold_target(tp, e["state"], e)
+    return prog
+
+
+def _fold_target(tp: TargetProgress, state: str, e: dict[str, Any]) -> None:
+    read, written = e.get("target_version_read"), e.get("target_version_written")
+    if state in ("reconciled", "target_moved") and read is not None:
+        tp.reconciled_version = int(read)
+    elif state == "promoting":
+        tp.rollback_version = int(read) if read is not None else tp.rollback_version
+        tp.promoted_version, tp.verified, tp.restored = None, False, False
+    elif state == "promoted":
+        tp.rollback_version = int(read) if read is not None else tp.rollback_version
+        tp.promoted_version = int(written) if written is not None else None
+        tp.restored = False
+    elif state == "verified":
+        tp.verified = True
+    elif state == "restored":
+        tp.restored, tp.verified = True, False
+
+
+def next_action(prog: RunProgress) -> str:
+    """What an operator should do next with this run, in words."""
+    promoted = [k for k, t in prog.targets.items() if t.promoted_version is not None
+                and not t.restored]
+    if prog.state == "done":
+        return ("nothing; roll back with `sparkguard rollback --run-id "
+                f"{prog.run_id}` if needed" if promoted else "nothing")
+    if prog.state == "dry_run_passed":
+        return "run the same plan without --dry-run to promote"
+    if prog.state == "gate_failed":
+        return ("read the evidence; fix the data or the plan (re-approve), then run again; "
+                "publish stays paused until then (`sparkguard publish resume` to reopen "
+                "without a backfill)")
+    if prog.state == "rolled_back":
+        return "nothing; the targets are back at their rollback points"
+    if prog.state == "rolling_back":
+        return f"re-run `sparkguard rollback --run-id {prog.run_id}` to finish the rollback"
+    if prog.state == "abandoned":
+        return ("check the targets' history; if this run promoted, roll it back with "
+                f"`sparkguard rollback --run-id {prog.run_id} --force`")
+    return "re-run the same command to resume (slices already reconciled are skipped)"
+
+
+@dataclass
+class PlanHistory:
+    """Everything the ledger holds for one plan fingerprint, read once when a run starts."""
+
+    fingerprint: str
+    runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    slices: list[dict[str, Any]] = field(default_factory=list)
+
+    def progress(self) -> list[RunProgress]:
+        """Runs of this fingerprint, newest first."""
+        out = [run_progress(ev) for ev in self.runs.values()]
+        return sorted(out, key=lambda p: p.started_at, reverse=True)
+
+    def resumable(self) -> RunProgress | None:
+        """The newest run of this plan, when it did not reach a terminal state."""
+        runs = self.progress()
+        if not runs or runs[0].terminal:
+            return None
+        return runs[0]
+
+    def dry_runs(self) -> list[RunProgress]:
+        """Passing dry runs of this exact plan, newest first."""
+        return [p for p in self.progress() if p.state == "dry_run_passed"]
+
+    def done_slices(self, target: str, source_version: int | None) -> dict[str, dict[str, Any]]:
+        """Slices (key: partition list JSON) reconciled for this plan, target and source version;
+        the newest event of each slice decides."""
+        latest: dict[str, dict[str, Any]] = {}
+        for s in sorted(self.slices, key=lambda r: r["at"]):
+            if s["target"] != target:
+                continue
+            if source_version is not None and s.get("source_version") != source_version:
+                continue
+            latest[s["partitions"]] = s
+        return {k: s for k, s in latest.items() if s["state"] == "reconciled"}
 
 
 @dataclass(frozen=True)
 class LockInfo:
-    """Who holds the lock on a target."""
+    """The newest lock event of a target."""
 
     target: str
+    generation: int
+    action: str
     run_id: str
     owner: str | None
-    acquired_at: dt.datetime
+    at: dt.datetime
     host: str | None
+    pid: int | None
+    token: str
+
+    @property
+    def held(self) -> bool:
+        return self.action != "release"
+
+    def describe(self) -> str:
+        return (f"run {self.run_id} (owner {self.owner or '?'}, host {self.host or '?'} pid "
+                f"{self.pid}, since {self.at:%Y-%m-%d %H:%M:%S} UTC)")
+
+
+def lock_holders(rows: Iterable[dict[str, Any]]) -> dict[str, LockInfo]:
+    """Newest lock event per target (highest generation)."""
+    out: dict[str, LockInfo] = {}
+    for r in rows:
+        info = LockInfo(target=r["target"], generation=int(r["generation"]), action=r["action"],
+                        run_id=r["run_id"], owner=r.get("owner"), at=r["at"], host=r.get("host"),
+                        pid=r.get("pid"), token=r["token"])
+        cur = out.get(info.target)
+        if cur is None or (info.generation, info.at) > (cur.generation, cur.at):
+            out[info.target] = info
+    return out
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether a process with this id runs on this host (zombies count as dead)."""
+    if not pid or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def lock_decision(holder: LockInfo | None, *, run_id: str, token: str, host: str, now: dt.datetime,
+                  takeover: bool, stale_after_s: float, last_activity: dt.datetime | None = None,
+                  alive: bool | None = None, holder_state: str | None = None) -> tuple[str, str]:
+    """Decide what to do with a target's lock: ``("free"|"mine"|"finished"|"resume"|"takeover"|
+    "refuse", why)``.
+
+    ``finished``: the holder's run reached a terminal state in the ledger (it died before
+    releasing); its lock is taken without a flag. ``resume``: the holder is this same run on
+    this host and its process is gone (a crash); the re-run takes the lock over without a
+    flag. Any other holder is refused unless ``takeover`` is given and the holder has been
+    idle longer than ``stale_after_s`` (idle = since the later of its lock and its newest
+    ledger event).
+    """
+    if holder is None or not holder.held:
+        return "free", ""
+    if holder.token == token:
+        return "mine", ""
+    if holder_state in TERMINAL_STATES and holder.run_id != run_id:
+        return "finished", f"its run {holder.run_id} already ended ({holder_state})"
+    same_host = holder.host == host
+    if alive is None:
+        alive = pid_alive(holder.pid) if same_host else True
+    if same_host and not alive and holder.run_id == run_id:
+        return "resume", f"process {holder.pid} that held it is gone"
+    idle_since = max(holder.at, last_activity) if last_activity else holder.at
+    idle = (now - idle_since).total_seconds()
+    where = (f"its process {holder.pid} is gone" if same_host and not alive else
+             "it is alive" if same_host else "on another host")
+    if takeover and idle >= stale_after_s:
+        return "takeover", f"idle {idle:.0f}s >= stale timeout {stale_after_s:.0f}s; {where}"
+    hint = (f"; it has been idle {idle:.0f}s, the stale timeout is {stale_after_s:.0f}s"
+            if takeover else "; after the stale timeout re-run with --takeover-stale-lock")
+    return "refuse", f"{where}{hint}"
+
+
+# -- the tables -----------------------------------------------------------------------------------
 
 
 class Ledger:
@@ -95,170 +402,251 @@ class Ledger:
     def __init__(self, spark: SparkSession, home: str) -> None:
         self.spark = spark
         self.home = home.rstrip("/")
-        self.runs_ref = TableRef(path=f"{self.home}/ledger/runs")
-        self.slices_ref = TableRef(path=f"{self.home}/ledger/slices")
-        self.locks_ref = TableRef(path=f"{self.home}/ledger/locks")
+        self.refs = {n: TableRef(path=f"{self.home}/ledger/{n}") for n in _SCHEMAS}
+        self.token = uuid.uuid4().hex
+        self.host = socket.gethostname()
+        self._held: dict[str, int] = {}  # target -> generation of our acquire event
+        self._empty: set[str] = set()  # tables created empty by this instance, not yet written
+
+    @property
+    def runs_ref(self) -> TableRef:
+        return self.refs["runs"]
+
+    @property
+    def slices_ref(self) -> TableRef:
+        return self.refs["slices"]
+
+    @property
+    def locks_ref(self) -> TableRef:
+        return self.refs["locks"]
+
+    def _path(self, name: str) -> str:
+        path = self.refs[name].path
+        assert path is not None
+        return path
 
     # -- plumbing -------------------------------------------------------------------------
 
-    def _append(self, ref: TableRef, schema: T.StructType, rows: list[tuple[Any, ...]]) -> None:
-        df = self.spark.createDataFrame(rows, schema)
-        assert ref.path is not None
-        with_conflict_retry(lambda: df.write.format("delta").mode("append").save(ref.path),
-                            attempts=5, delay_s=0.5, log=lambda _m: None)
+    def _exists(self, name: str) -> bool:
+        path = self._path(name)
+        if path in _known_tables:
+            return True
+        if delta_log_exists(self.spark, path):
+            _known_tables.add(path)
+            return True
+        return False
 
-    def _read(self, ref: TableRef, schema: T.StructType) -> DataFrame:
-        if not table_exists(self.spark, ref):
-            return self.spark.createDataFrame([], schema)
-        assert ref.path is not None
-        return self.spark.read.format("delta").load(ref.path)
+    def ensure(self) -> None:
+        """Create the ledger tables that do not exist yet (a file-system check when they do).
 
-    # -- runs -------------------------------------------------------------------------------
+        A table this call created is known to be empty, so reading it is skipped.
+        """
+        for name, schema in _SCHEMAS.items():
+            if not self._exists(name):
+                create_log_table(self.spark, self._path(name), schema)
+                _known_tables.add(self._path(name))
+                self._empty.add(name)
 
-    def record_run(self, run_id: str, state: str, *, plan_name: str | None = None,
-                   fingerprint: str | None = None, owner: str | None = None,
-                   target: str | None = None, **details: Any) -> None:
-        """Append a run event."""
-        assert state in RUN_STATES, state
-        self._append(self.runs_ref, _RUN_SCHEMA, [(
-            run_id, _now(), state, plan_name, fingerprint, owner, target,
-            json.dumps(details, default=str, sort_keys=True))])
+    def _append(self, name: str, rows: list[tuple[Any, ...]],
+                txn: tuple[str, int] | None = None, metadata: str | None = None) -> None:
+        if not self._exists(name):
+            self.ensure()
+        append_rows(self.spark, self._path(name), _SCHEMAS[name], rows, txn, metadata)
+        self._empty.discard(name)
 
-    def run_events(self, run_id: str, limit: int = 500) -> list[dict[str, Any]]:
-        """A run's events, oldest first (bounded)."""
-        rows = (self._read(self.runs_ref, _RUN_SCHEMA).filter(F.col("run_id") == run_id)
-                .orderBy("at").limit(limit).collect())
-        return [self._decode(r.asDict()) for r in rows]
-
-    def latest_runs(self, limit: int = 20) -> list[dict[str, Any]]:
-        """Newest event of each of the latest runs."""
-        df = self._read(self.runs_ref, _RUN_SCHEMA)
-        latest = df.groupBy("run_id").agg(F.max("at").alias("at"))
-        rows = (df.join(latest, ["run_id", "at"]).orderBy(F.col("at").desc())
-                .limit(limit).collect())
-        return [self._decode(r.asDict()) for r in rows]
-
-    def resumable_run(self, fingerprint: str) -> dict[str, Any] | None:
-        """The newest run of this plan fingerprint that did not reach a terminal state."""
-        df = self._read(self.runs_ref, _RUN_SCHEMA).filter(F.col("plan_fingerprint") == fingerprint)
-        latest = df.groupBy("run_id").agg(F.max("at").alias("at"))
-        row = (df.join(latest, ["run_id", "at"]).orderBy(F.col("at").desc()).limit(1).first())
-        if row is None or row["state"] in TERMINAL:
+    def _read(self, name: str) -> DataFrame | None:
+        if name in self._empty or not self._exists(name):
             return None
-        return self._decode(row.asDict())
+        return self.spark.read.format("delta").load(self._path(name))
 
-    def dry_run_passed(self, fingerprint: str) -> bool:
-        """Whether sparkguard itself recorded a passing dry run of this exact plan."""
-        df = self._read(self.runs_ref, _RUN_SCHEMA)
-        return df.filter((F.col("plan_fingerprint") == fingerprint)
-                         & (F.col("state") == "dry_run_passed")).limit(1).count() > 0
+    def _collect(self, df: DataFrame | None, *json_fields: str, order: str = "at"
+                 ) -> list[dict[str, Any]]:
+        if df is None:
+            return []
+        rows = df.orderBy(order).limit(_MAX_ROWS).collect()
+        return [_decode(r.asDict(), *json_fields) for r in rows]
 
-    def find_run(self, run_id: str) -> dict[str, Any] | None:
-        events = self.run_events(run_id)
-        return events[-1] if events else None
+    # -- runs and slices --------------------------------------------------------------------
 
-    @staticmethod
-    def _decode(row: dict[str, Any]) -> dict[str, Any]:
-        try:
-            row["details"] = json.loads(row.get("details") or "{}")
-        except ValueError:
-            row["details"] = {}
-        return row
-
-    # -- slices -----------------------------------------------------------------------------
+    def record_run(self, run_id: str, state: str, *, fingerprint: str,
+                   target: str | None = None, plan_name: str | None = None,
+                   owner: str | None = None, source_version: int | None = None,
+                   version_read: int | None = None, version_written: int | None = None,
+                   elapsed_s: float | None = None, **details: Any) -> None:
+        """Append one run event."""
+        if state not in RUN_STATES:
+            raise ValueError(f"unknown run state {state!r}; one of {sorted(RUN_STATES)}")
+        self._append("runs", [(
+            run_id, _now(), state, target, plan_name, fingerprint, owner, source_version,
+            version_read, version_written, elapsed_s, _json(details))])
 
     def record_slice(self, run_id: str, fingerprint: str, target: str, slice_id: int,
-                     partitions: list[str], state: str, source_version: int | None,
-                     content_hash: str | None = None, **details: Any) -> None:
-        self._append(self.slices_ref, _SLICE_SCHEMA, [(
-            run_id, _now(), fingerprint, target, slice_id, json.dumps(partitions), state,
-            source_version, content_hash, json.dumps(details, default=str, sort_keys=True))])
+                     partitions: list[str], state: str, source_version: int | None, *,
+                     rows: int | None = None, content_hash: str | None = None,
+                     elapsed_s: float | None = None,
+                     gates: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Append one slice event; returns it as :meth:`load` would."""
+        row = (run_id, _now(), fingerprint, target, slice_id, json.dumps(partitions), state,
+               source_version, rows, content_hash, elapsed_s, _json(gates or []))
+        self._append("slices", [row])
+        return _decode(dict(zip(_SLICE_SCHEMA.names, row, strict=True)), "gates")
 
-    def done_slices(self, fingerprint: str, target: str, source_version: int | None) -> set[str]:
-        """Partition lists (JSON) already written *and* reconciled for this plan and source."""
-        df = self._read(self.slices_ref, _SLICE_SCHEMA).filter(
-            (F.col("plan_fingerprint") == fingerprint) & (F.col("target") == target)
-            & (F.col("state") == "reconciled"))
-        if source_version is not None:
-            df = df.filter(F.col("source_version") == source_version)
-        return {r["partitions"] for r in df.select("partitions").distinct().limit(10000).collect()}
+    def load(self, fingerprint: str) -> PlanHistory:
+        """Every run and slice event of one plan fingerprint (bounded), in two small reads."""
+        hist = PlanHistory(fingerprint)
+        runs = self._read("runs")
+        for e in self._collect(None if runs is None else
+                               runs.filter(F.col("plan_fingerprint") == fingerprint), "details"):
+            hist.runs.setdefault(e["run_id"], []).append(e)
+        slices = self._read("slices")
+        hist.slices = self._collect(None if slices is None else
+                                    slices.filter(F.col("plan_fingerprint") == fingerprint), "gates")
+        return hist
 
-    def slice_events(self, run_id: str, limit: int = 2000) -> list[dict[str, Any]]:
-        rows = (self._read(self.slices_ref, _SLICE_SCHEMA).filter(F.col("run_id") == run_id)
-                .orderBy("at").limit(limit).collect())
-        return [self._decode(r.asDict()) for r in rows]
+    def run_events(self, run_id: str) -> list[dict[str, Any]]:
+        """One run's events, oldest first."""
+        df = self._read("runs")
+        return self._collect(None if df is None else df.filter(F.col("run_id") == run_id),
+                             "details")
+
+    def slice_events(self, run_id: str) -> list[dict[str, Any]]:
+        """One run's slice events, oldest first."""
+        df = self._read("slices")
+        return self._collect(None if df is None else df.filter(F.col("run_id") == run_id),
+                             "gates")
+
+    def progress(self, run_id: str) -> RunProgress | None:
+        events = self.run_events(run_id)
+        return run_progress(events) if events else None
+
+    def latest_runs(self, limit: int = 20) -> list[RunProgress]:
+        """The ``limit`` most recently started runs, newest first (two small reads)."""
+        df = self._read("runs")
+        if df is None:
+            return []
+        starts = (df.groupBy("run_id").agg(F.min("at").alias("first_at"))
+                  .orderBy(F.col("first_at").desc()).limit(limit))
+        events = self._collect(df.join(F.broadcast(starts.select("run_id")), "run_id"),
+                               "details")
+        by_run: dict[str, list[dict[str, Any]]] = {}
+        for e in events:
+            by_run.setdefault(e["run_id"], []).append(e)
+        return sorted((run_progress(ev) for ev in by_run.values()),
+                      key=lambda p: p.started_at, reverse=True)
 
     # -- locks ------------------------------------------------------------------------------
 
-    def _ensure_locks(self) -> None:
-        if table_exists(self.spark, self.locks_ref):
-            return
-        assert self.locks_ref.path is not None
-        try:
-            (self.spark.createDataFrame([], _LOCK_SCHEMA).write.format("delta")
-             .mode("append").save(self.locks_ref.path))
-        except Exception:
-            if not table_exists(self.spark, self.locks_ref):
-                raise
+    @staticmethod
+    def _lock_app_id(target: str) -> str:
+        return "sparkguard-lock-" + hashlib.sha256(target.encode()).hexdigest()[:24]
+
+    def lock_holders(self, targets: Sequence[str]) -> dict[str, LockInfo]:
+        """Newest lock event of each target (one read)."""
+        df = self._read("locks")
+        if df is None:
+            return {}
+        rows = self._collect(df.filter(F.col("target").isin(list(targets))), order="generation")
+        return lock_holders(rows)
 
     def lock_holder(self, target: str) -> LockInfo | None:
-        if not table_exists(self.spark, self.locks_ref):
-            return None
-        assert self.locks_ref.path is not None
-        row = (self.spark.read.format("delta").load(self.locks_ref.path)
-               .filter(F.col("target") == target).limit(1).first())
-        return LockInfo(**row.asDict()) if row else None
+        info = self.lock_holders([target]).get(target)
+        return info if info is not None and info.held else None
 
-    def acquire(self, target: str, run_id: str, owner: str | None, *, takeover: bool = False,
-                stale_after_s: float = 6 * 3600) -> None:
-        """Take the lock on ``target`` for ``run_id`` or raise ConcurrentRunError.
+    def _runs_of(self, run_ids: Sequence[str]) -> dict[str, RunProgress]:
+        """Progress of the given runs (one read; only when a lock is held by someone else)."""
+        df = self._read("runs")
+        if df is None or not run_ids:
+            return {}
+        by_run: dict[str, list[dict[str, Any]]] = {}
+        for e in self._collect(df.filter(F.col("run_id").isin(list(run_ids))), "details"):
+            by_run.setdefault(e["run_id"], []).append(e)
+        return {r: run_progress(ev) for r, ev in by_run.items()}
 
-        Re-acquiring a lock this run already holds succeeds (resume). A lock held by another
-        run is taken over only with ``takeover`` and only once it is older than
-        ``stale_after_s``.
-        """
-        from delta.tables import DeltaTable
-
-        self._ensure_locks()
-        holder = self.lock_holder(target)
-        if holder is not None and holder.run_id == run_id:
-            return
-        if holder is not None:
-            age = (_now() - holder.acquired_at).total_seconds()
-            if not takeover or age < stale_after_s:
-                why = ("" if not takeover else
-                       f"; it is {age:.0f}s old, younger than the stale timeout {stale_after_s:.0f}s")
-                raise ConcurrentRunError(
-                    f"target {target} is locked by run {holder.run_id} (owner {holder.owner}, "
-                    f"host {holder.host}, since {holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC){why}. "
-                    "Wait for it to finish, or after the stale timeout re-run with "
-                    "--takeover-stale-lock")
-            self.release(target, holder.run_id)
-        assert self.locks_ref.path is not None
-        row = self.spark.createDataFrame(
-            [(target, run_id, owner, _now(), f"{socket.gethostname()}:{os.getpid()}")],
-            _LOCK_SCHEMA)
+    def _lock_event(self, target: str, generation: int, action: str, run_id: str,
+                    owner: str | None) -> None:
+        row = (target, generation, action, run_id, owner, _now(), self.host, os.getpid(),
+               self.token)
         try:
-            (DeltaTable.forPath(self.spark, self.locks_ref.path).alias("l")
-             .merge(row.alias("n"), "l.target = n.target")
-             .whenNotMatchedInsertAll().execute())
+            self._append("locks", [row], txn=(self._lock_app_id(target), generation),
+                         metadata=self._lock_tag(target, generation))
         except Exception as exc:
-            if "Concurrent" not in type(exc).__name__ + str(exc)[:500]:
-                raise
-        holder = self.lock_holder(target)
-        if holder is None or holder.run_id != run_id:
-            raise ConcurrentRunError(
-                f"target {target} was locked by run {holder.run_id if holder else '?'} "
-                f"(owner {holder.owner if holder else '?'}) at the same moment; this run stops")
+            if not is_conflict(exc):
+                raise  # a conflict means another run wrote this generation first
 
-    def release(self, target: str, run_id: str) -> None:
-        """Release ``run_id``'s lock on ``target`` (no-op when it does not hold it)."""
-        from delta.tables import DeltaTable
+    def _lock_tag(self, target: str, generation: int) -> str:
+        return json.dumps({"sparkguard": {"lock": self.token, "generation": generation,
+                                          "app": self._lock_app_id(target)}}, sort_keys=True)
 
-        if not table_exists(self.spark, self.locks_ref):
-            return
-        assert self.locks_ref.path is not None
-        tbl = DeltaTable.forPath(self.spark, self.locks_ref.path)
-        with_conflict_retry(
-            lambda: tbl.delete((F.col("target") == target) & (F.col("run_id") == run_id)),
-            attempts=5, delay_s=0.5, log=lambda _m: None)
+    def _committed(self, written: dict[str, int]) -> set[str]:
+        """Targets whose lock event by this instance is in the lock table's recent history
+        (one history look-up; a write Delta skipped or refused has no commit)."""
+        tags = {self._lock_tag(t, g): t for t, g in written.items()}
+        history = DeltaTable.forPath(self.spark, self._path("locks")).history(
+            max(50, 4 * len(tags))).select("userMetadata").collect()
+        return {tags[h["userMetadata"]] for h in history if h["userMetadata"] in tags}
+
+    def acquire(self, targets: Sequence[str], run_id: str, owner: str | None, *,
+                takeover: bool = False, stale_after_s: float = 6 * 3600
+                ) -> dict[str, tuple[str, LockInfo | None]]:
+        """Lock every target for ``run_id`` or raise ConcurrentRunError (nothing kept locked).
+
+        Returns, per target, the decision taken (``free``, ``mine``, ``finished``, ``resume``,
+        ``takeover``) and the previous holder.
+        """
+        self.ensure()
+        targets = sorted(set(targets))
+        holders = self.lock_holders(targets)
+        now = _now()
+        others = self._runs_of(sorted({h.run_id for h in holders.values()
+                                       if h.held and h.token != self.token}))
+        decisions: dict[str, tuple[str, LockInfo | None]] = {}
+        for t in targets:
+            holder = holders.get(t)
+            prog = others.get(holder.run_id) if holder is not None else None
+            what, why = lock_decision(holder, run_id=run_id, token=self.token, host=self.host,
+                                      now=now, takeover=takeover, stale_after_s=stale_after_s,
+                                      last_activity=prog.last_at if prog else None,
+                                      holder_state=prog.state if prog else None)
+            if what == "refuse":
+                assert holder is not None
+                raise ConcurrentRunError(
+                    f"target {t} is locked by {holder.describe()}: {why}. One run at a time "
+                    "may backfill a target; wait for it to finish")
+            decisions[t] = (what, holder)
+        written: dict[str, int] = {}
+        for t in targets:
+            what, holder = decisions[t]
+            if what == "mine":
+                continue
+            gen = (holder.generation if holder else 0) + 1
+            self._lock_event(t, gen, "acquire" if what in ("free", "finished") else what, run_id,
+                             owner)
+            written[t] = gen
+        if written:
+            won = self._committed(written)
+            for t, gen in written.items():
+                if t in won:
+                    self._held[t] = gen
+            lost = sorted(set(written) - won)
+            if lost:
+                self.release(list(self._held), run_id)
+                winner = self.lock_holders(lost).get(lost[0])
+                raise ConcurrentRunError(
+                    f"target {lost[0]} was locked at the same moment by "
+                    f"{winner.describe() if winner else 'another run'}; this run stops")
+        return decisions
+
+    def release_finished(self, target: str, holder: LockInfo) -> None:
+        """Release a lock left by a run that ended without releasing it (died just before)."""
+        self._lock_event(target, holder.generation + 1, "release", holder.run_id, None)
+
+    def release(self, targets: Sequence[str], run_id: str) -> None:
+        """Release this process's locks on ``targets`` (targets it does not hold are skipped).
+
+        The release event takes the next generation under the same txnAppId, so a release
+        racing a takeover of the same generation is a no-op.
+        """
+        for t in sorted(set(targets)):
+            gen = self._held.pop(t, None)
+            if gen is not None:
+                self._lock_event(t, gen + 1, "release", run_id, None)

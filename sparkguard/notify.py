@@ -8,14 +8,25 @@ import logging
 import os
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["FileNotifier", "LogNotifier", "Notifier", "WebhookNotifier", "notifiers_from_env",
-           "send_all"]
+__all__ = ["EVENTS", "FileNotifier", "LogNotifier", "Notifier", "WebhookNotifier",
+           "notifiers_from_env", "send_all"]
 
 log = logging.getLogger("sparkguard.notify")
+
+# Every event a run or a rollback sends, with what it means for downstream consumers.
+EVENTS: dict[str, str] = {
+    "publish_paused": "a backfill paused publish of its targets; hold downstream publishing",
+    "gate_failed": "a gate or verification failed; targets unchanged or restored; still paused",
+    "promoted": "one target was promoted (version and rollback point in the payload)",
+    "restored": "a target promoted by this run was restored to its rollback point",
+    "dry_run_passed": "a dry run passed every gate; nothing changed",
+    "publish_resumed": "the backfill finished and released its publish hold",
+    "rolled_back": "a finished backfill was rolled back; targets are at their rollback points",
+}
 
 
 class Notifier(Protocol):
@@ -42,23 +53,31 @@ class FileNotifier:
     def send(self, event: str, recipients: Sequence[str], payload: dict[str, Any]) -> None:
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         line = {"event": event, "recipients": list(recipients),
-                "at": dt.datetime.now(dt.timezone.utc).isoformat(), **payload}
+                "at": dt.datetime.now(dt.UTC).isoformat(), **payload}
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(line, default=str, sort_keys=True) + "\n")
 
 
 @dataclass(frozen=True)
 class WebhookNotifier:
-    """POSTs each event as JSON to a URL taken from the environment, never from the plan."""
+    """POSTs each event as JSON to a URL taken from the environment, never from the plan.
+
+    ``token`` (``SPARKGUARD_WEBHOOK_TOKEN``) is sent as a bearer token when set. A non-2xx
+    answer raises, and :func:`send_all` reports it without stopping the run.
+    """
 
     url: str
     timeout_s: float = 5.0
+    token: str | None = field(default=None, repr=False)
 
     def send(self, event: str, recipients: Sequence[str], payload: dict[str, Any]) -> None:
-        body = json.dumps({"event": event, "recipients": list(recipients), **payload},
+        body = json.dumps({"event": event, "recipients": list(recipients),
+                           "at": dt.datetime.now(dt.UTC).isoformat(), **payload},
                           default=str, sort_keys=True).encode("utf-8")
-        req = urllib.request.Request(self.url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json", "User-Agent": "sparkguard"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(self.url, data=body, method="POST", headers=headers)
         with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
             resp.read()
 
@@ -71,8 +90,11 @@ def notifiers_from_env(default_file: str | None = None) -> list[Notifier]:
     if path:
         out.append(FileNotifier(path))
     url = os.environ.get("SPARKGUARD_WEBHOOK_URL")
-    if url and url.startswith(("http://", "https://")):
-        out.append(WebhookNotifier(url))
+    if url:
+        if not url.startswith(("http://", "https://")):
+            log.warning("SPARKGUARD_WEBHOOK_URL ignored: only http:// and https:// URLs are used")
+        else:
+            out.append(WebhookNotifier(url, token=os.environ.get("SPARKGUARD_WEBHOOK_TOKEN")))
     return out
 
 

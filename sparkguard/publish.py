@@ -1,27 +1,37 @@
-"""Publish control: pause state per target in an append-only Delta table outside the target.
+"""Publish control: pause holds per target in an append-only Delta table outside the target.
 
 A table property on the target would be rolled back by RESTORE and its metadata commit would
-conflict with concurrent writers, so the state lives here. Downstream jobs call
-:func:`is_paused` (or query the view from :func:`register_view`) before publishing.
+conflict with concurrent writers, so the state lives in ``<home>/control/publish``. Each row
+sets or clears one *hold* on one target: a run holds its targets under its run id, an
+operator under ``manual``. A target is paused while any hold on it is set, so a backfill
+reopening publish never overrides an operator's pause. A run that finishes clears its own hold
+and those left by earlier runs of the target (failed or dead; its lock proves they are not
+active); an operator's ``resume`` clears every hold. Downstream jobs make one call,
+:func:`is_paused`, or query the view from :func:`register_view` / the SQL of
+:func:`status_sql` (see ``docs/publish-control.md``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.window import Window
 
-from sparkguard.delta_ops import table_exists, with_conflict_retry
-from sparkguard.sql import TableRef, quote_identifier
+from sparkguard.delta_ops import append_rows, create_log_table, delta_log_exists
+from sparkguard.sql import IDENTIFIER_RE, TableRef, quote_identifier
 
-__all__ = ["PublishControl"]
+__all__ = ["MANUAL_HOLD", "PublishControl", "PublishStatus", "is_paused", "register_view",
+           "status_sql"]
 
+MANUAL_HOLD = "manual"
 _SCHEMA = T.StructType([
     T.StructField("target", T.StringType(), False),
+    T.StructField("hold", T.StringType(), False),
     T.StructField("paused", T.BooleanType(), False),
     T.StructField("at", T.TimestampType(), False),
     T.StructField("run_id", T.StringType(), True),
@@ -30,53 +40,155 @@ _SCHEMA = T.StructType([
 ])
 
 
+@dataclass(frozen=True)
+class PublishStatus:
+    """A target's publish state: paused while any hold is set."""
+
+    target: str
+    paused: bool
+    holds: tuple[dict[str, Any], ...]  # the set holds: hold, at, run_id, actor, reason
+    last_change: dt.datetime | None
+
+    def describe(self) -> str:
+        if not self.paused:
+            since = f" since {self.last_change:%Y-%m-%d %H:%M:%S} UTC" if self.last_change else ""
+            return f"{self.target}: open{since}"
+        held = "; ".join(f"{h['hold']} by {h.get('actor') or '?'} at {h['at']:%Y-%m-%d %H:%M:%S}"
+                         f" UTC ({h.get('reason') or 'no reason given'})" for h in self.holds)
+        return f"{self.target}: PAUSED ({held})"
+
+
+def status_sql(home: str) -> str:
+    """SQL giving ``target, paused, holds, last_change`` per target from the control table.
+
+    For SQL-only downstream jobs and for ``CREATE VIEW ... AS <this>`` in a catalog.
+    """
+    path = f"{home.rstrip('/')}/control/publish"
+    TableRef.parse(path)  # refuses quotes, backquotes and control characters
+    return (
+        "SELECT target, max(paused) AS paused, "
+        "collect_list(CASE WHEN paused THEN hold END) AS holds, max(at) AS last_change "
+        "FROM (SELECT target, hold, paused, at, row_number() OVER "
+        "(PARTITION BY target, hold ORDER BY at DESC) AS rn "
+        f"FROM delta.`{path}`) WHERE rn = 1 GROUP BY target")
+
+
 class PublishControl:
     """The publish control table at ``<home>/control/publish``."""
 
     def __init__(self, spark: SparkSession, home: str) -> None:
         self.spark = spark
-        self.ref = TableRef(path=f"{home.rstrip('/')}/control/publish")
+        self.home = home.rstrip("/")
+        self.ref = TableRef(path=f"{self.home}/control/publish")
 
-    def _events(self) -> DataFrame:
-        if not table_exists(self.spark, self.ref):
-            return self.spark.createDataFrame([], _SCHEMA)
+    @property
+    def path(self) -> str:
         assert self.ref.path is not None
-        return self.spark.read.format("delta").load(self.ref.path)
+        return self.ref.path
 
-    def _set(self, target: str, paused: bool, run_id: str | None, actor: str | None,
-             reason: str | None) -> None:
-        now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-        df = self.spark.createDataFrame([(target, paused, now, run_id, actor, reason)], _SCHEMA)
-        assert self.ref.path is not None
-        path = self.ref.path
-        with_conflict_retry(lambda: df.write.format("delta").mode("append").save(path),
-                            attempts=5, delay_s=0.5, log=lambda _m: None)
+    def _events(self, targets: Sequence[str] | None = None) -> DataFrame | None:
+        if not delta_log_exists(self.spark, self.path):
+            return None
+        df = self.spark.read.format("delta").load(self.path)
+        return df.filter(F.col("target").isin(list(targets))) if targets is not None else df
 
-    def pause(self, target: str, run_id: str | None = None, actor: str | None = None,
-              reason: str | None = None) -> None:
-        self._set(target, True, run_id, actor, reason)
+    def _append(self, rows: list[tuple[Any, ...]]) -> None:
+        if not rows:
+            return
+        create_log_table(self.spark, self.path, _SCHEMA)
+        append_rows(self.spark, self.path, _SCHEMA, rows)
 
-    def resume(self, target: str, run_id: str | None = None, actor: str | None = None,
-               reason: str | None = None) -> None:
-        self._set(target, False, run_id, actor, reason)
+    @staticmethod
+    def _now() -> dt.datetime:
+        return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
-    def current(self) -> DataFrame:
-        """Latest state per target: target, paused, at, run_id, actor, reason."""
-        w = Window.partitionBy("target").orderBy(F.col("at").desc())
-        return (self._events().withColumn("_rn", F.row_number().over(w))
-                .filter("_rn = 1").drop("_rn"))
+    def pause(self, targets: Sequence[str], *, run_id: str | None = None,
+              actor: str | None = None, reason: str | None = None) -> None:
+        """Set the hold of ``run_id`` (or the manual hold) on every target, in one append."""
+        now, hold = self._now(), run_id or MANUAL_HOLD
+        self._append([(t, hold, True, now, run_id, actor, reason) for t in targets])
 
-    def status(self, target: str) -> dict[str, Any] | None:
-        row = self.current().filter(F.col("target") == target).first()
-        return row.asDict() if row else None
+    def release(self, targets: Sequence[str], run_id: str, *, actor: str | None = None,
+                reason: str | None = None) -> None:
+        """Clear only ``run_id``'s hold on every target (other holds stay), in one append."""
+        now = self._now()
+        self._append([(t, run_id, False, now, run_id, actor, reason) for t in targets])
+
+    def finish(self, targets: Sequence[str], run_id: str, *, actor: str | None = None,
+               reason: str | None = None) -> dict[str, PublishStatus]:
+        """A run that holds the targets' locks finished: clear its hold and the holds other
+        runs left behind (they ended or died: the lock says no other run is active); manual
+        holds stay. One read and one append; returns the state after."""
+        before, now = self.statuses(targets), self._now()
+        rows: list[tuple[Any, ...]] = []
+        after: dict[str, PublishStatus] = {}
+        for t in targets:
+            stale = [h for h in before[t].holds if h["hold"] not in (MANUAL_HOLD, run_id)]
+            rows.append((t, run_id, False, now, run_id, actor, reason))
+            rows += [(t, h["hold"], False, now, h.get("run_id"), actor,
+                      f"cleared by run {run_id}: {reason or ''}".strip()) for h in stale]
+            manual = tuple(h for h in before[t].holds if h["hold"] == MANUAL_HOLD)
+            after[t] = PublishStatus(t, bool(manual), manual, now)
+        self._append(rows)
+        return after
+
+    def resume(self, targets: Sequence[str], *, actor: str | None = None,
+               reason: str | None = None) -> list[str]:
+        """Operator's reopen: clear every set hold on the targets; returns the holds cleared."""
+        now = self._now()
+        rows, cleared = [], []
+        for t in targets:
+            st = self.status(t)
+            for h in st.holds:
+                rows.append((t, h["hold"], False, now, h.get("run_id"), actor, reason))
+                cleared.append(f"{t}: {h['hold']}")
+            if not st.holds:  # record the operator's decision even when already open
+                rows.append((t, MANUAL_HOLD, False, now, None, actor, reason))
+        self._append(rows)
+        return cleared
+
+    def statuses(self, targets: Sequence[str] | None = None) -> dict[str, PublishStatus]:
+        """State of each target (every target in the table when ``targets`` is None)."""
+        df = self._events(targets)
+        rows = [] if df is None else [r.asDict() for r in df.orderBy("at").limit(50000).collect()]
+        latest: dict[tuple[str, str], dict[str, Any]] = {}
+        changed: dict[str, dt.datetime] = {}
+        for r in rows:
+            latest[(r["target"], r["hold"])] = r
+            changed[r["target"]] = r["at"]
+        out = {t: PublishStatus(t, False, (), None) for t in targets or []}
+        for t in {t for t, _ in latest} | set(targets or []):
+            holds = tuple(sorted((h for (tt, _), h in latest.items() if tt == t and h["paused"]),
+                                 key=lambda h: h["at"]))
+            out[t] = PublishStatus(t, bool(holds), holds, changed.get(t))
+        return out
+
+    def status(self, target: str) -> PublishStatus:
+        return self.statuses([target])[target]
 
     def is_paused(self, target: str) -> bool:
         """The one call a downstream job makes before publishing ``target``."""
-        st = self.status(target)
-        return bool(st and st["paused"])
+        return self.status(target).paused
 
-    def register_view(self, name: str = "sparkguard_publish_status") -> str:
-        """Register a temp view of the current state per target; returns its quoted name."""
-        quoted = quote_identifier(name)
-        self.current().createOrReplaceTempView(name)
-        return quoted
+
+def is_paused(spark: SparkSession, target: str, home: str) -> bool:
+    """One call for downstream jobs: is publish of ``target`` paused (by any hold)?
+
+    ``target`` is the dataset exactly as the backfill plan names it; ``home`` is sparkguard's
+    home (``--home``, ``spark.sparkguard.home`` or ``SPARKGUARD_HOME``).
+    """
+    return PublishControl(spark, home).is_paused(target)
+
+
+def register_view(spark: SparkSession, home: str, name: str = "sparkguard_publish_status") -> str:
+    """Register a temp view ``target, paused, holds, last_change``; returns its quoted name."""
+    if not IDENTIFIER_RE.match(name):
+        raise ValueError(f"view name {name!r} must be a plain identifier")
+    control = PublishControl(spark, home)
+    if delta_log_exists(spark, control.path):
+        spark.sql(status_sql(home)).createOrReplaceTempView(name)
+    else:  # nothing ever paused: an empty view of the same shape
+        spark.sql("SELECT CAST(NULL AS STRING) AS target, false AS paused, "
+                  "array(CAST(NULL AS STRING)) AS holds, CAST(NULL AS TIMESTAMP) AS last_change "
+                  "WHERE false").createOrReplaceTempView(name)
+    return quote_identifier(name)

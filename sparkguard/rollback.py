@@ -1,95 +1,231 @@
-"""Roll a promoted run back: RESTORE each target to its recorded version, with safety checks."""
+"""Roll a promoted run back: RESTORE each target to its recorded version, with safety checks.
+
+Before anything is restored, every target is checked: the run's promotion must still be in
+place, no other writer may have committed after it (``force`` overrides, and the commits that
+RESTORE would undo are listed), and the files the recorded version needs must still exist
+(VACUUM may have removed them). Then each target is restored in one commit tagged with the
+run id, verified (same data files as the recorded version, same window content), and the
+rollback is recorded in the ledger and in the run's evidence. Re-running after a crash
+finishes the job: a target already restored by this rollback is found by its commit.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime as dt
+import getpass
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import yaml
 from pyspark.sql import SparkSession
 
 from sparkguard import delta_ops
-from sparkguard.errors import RollbackRefusedError
+from sparkguard.errors import GateFailedError, RollbackRefusedError
+from sparkguard.evidence import render_markdown
 from sparkguard.faults import failpoint
-from sparkguard.ledger import Ledger
+from sparkguard.ledger import Ledger, RunProgress, run_progress
+from sparkguard.notify import Notifier, notifiers_from_env, send_all
 from sparkguard.reconcile.engine import table_fingerprint
-from sparkguard.sql import TableRef, restore_statement
+from sparkguard.sql import PartitionType, TableRef, restore_statement, window_predicate
 
-__all__ = ["rollback_points", "rollback_run"]
+__all__ = ["RollbackPoint", "check_rollback", "rollback_run"]
 
 
-def rollback_points(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
-    """(target, rollback version, promoted version) per target promoted by ``run_id``."""
+@dataclass
+class RollbackPoint:
+    """One target of a run: where it was before the promotion and what happened since."""
+
+    label: str
+    dataset: str
+    rollback_version: int
+    promoted_version: int | None  # the run's promotion still in place, if any
+    already_rolled_back: int | None = None  # version of this rollback's own RESTORE commit
+    later_commits: tuple[dict[str, Any], ...] = ()  # by other writers after the promotion
+    missing_files: tuple[str, ...] = ()
+    new_version: int | None = None
+    verified: bool = False
+
+    @property
+    def ref(self) -> TableRef:
+        return TableRef.parse(self.dataset)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "dataset": self.dataset,
+                "rollback_version": self.rollback_version,
+                "promoted_version": self.promoted_version, "new_version": self.new_version,
+                "verified": self.verified,
+                "undone_commits_of_others": [int(c["version"]) for c in self.later_commits]}
+
+
+def _window(events: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    for e in events:
+        w = (e.get("details") or {}).get("window")
+        if w:
+            return dict(w)
+    return None
+
+
+def _window_predicate(window: dict[str, Any] | None) -> str | None:
+    if not window:
+        return None
+    return window_predicate(window["column"], PartitionType(window["type"]), window["partitions"])
+
+
+def check_rollback(spark: SparkSession, prog: RunProgress) -> list[RollbackPoint]:
+    """Every target of the run with its promotion, later commits and missing files (no write)."""
+    points = []
+    for label, tp in sorted(prog.targets.items()):
+        if tp.rollback_version is None or tp.dataset is None:
+            continue
+        ref = TableRef.parse(tp.dataset)
+        commits = delta_ops.commits_since(spark, ref, tp.rollback_version)
+        own = [(c, delta_ops.commit_metadata(c.get("userMetadata")) or {}) for c in commits]
+        own = [(c, m) for c, m in own if m.get("run_id") == prog.run_id
+               and m.get("target", label) == label]
+        state = delta_ops.promotion_state(commits, prog.run_id, label)
+        pt = RollbackPoint(label, tp.dataset, tp.rollback_version, state.promoted_version)
+        newest = max(own, key=lambda cm: int(cm[0]["version"]), default=None)
+        if newest is not None and newest[1].get("action") == "rollback":
+            pt.already_rolled_back = int(newest[0]["version"])
+        if pt.promoted_version is not None:
+            pt.later_commits = tuple(delta_ops.foreign_commits(
+                delta_ops.commits_since(spark, ref, pt.promoted_version), prog.run_id,
+                data_only=True))
+            pt.missing_files = tuple(delta_ops.missing_files_for_version(
+                spark, ref, pt.rollback_version))
+        points.append(pt)
+    return points
+
+
+def _refusals(points: Sequence[RollbackPoint], force: bool) -> list[str]:
+    out = []
+    for pt in points:
+        if pt.promoted_version is None:
+            continue
+        if pt.later_commits and not force:
+            listed = "; ".join(f"v{c['version']} {c['operation']} at {c['timestamp']}"
+                               for c in pt.later_commits[:10])
+            out.append(f"{pt.dataset}: {len(pt.later_commits)} commit(s) by other writers after "
+                       f"the promotion (version {pt.promoted_version}) would be undone by RESTORE: "
+                       f"{listed}. Re-run with --force to restore anyway")
+        if pt.missing_files:
+            out.append(f"{pt.dataset}: version {pt.rollback_version} can no longer be restored: "
+                       f"{len(pt.missing_files)} data file(s) it needs are gone (VACUUM?), e.g. "
+                       f"{list(pt.missing_files[:3])}; nothing was restored")
+    return out
+
+
+def rollback_run(spark: SparkSession, home: str, run_id: str, *, force: bool = False,
+                 out: Callable[[str], None] = print,
+                 notifiers: Sequence[Notifier] | None = None) -> list[RollbackPoint]:
+    """Restore every target promoted by ``run_id`` to the version recorded before promotion.
+
+    Raises RollbackRefusedError (exit 2, nothing restored) when the run is unknown or never
+    promoted, when other writers committed after the promotion (unless ``force``), or when the
+    recorded version's files are gone. Raises GateFailedError (exit 1) when a restored target
+    does not equal its recorded version.
+    """
+    ledger = Ledger(spark, home)
     events = ledger.run_events(run_id)
     if not events:
         raise RollbackRefusedError(f"run {run_id} is not in the ledger at {ledger.home}; "
                                    "check --run-id and --home")
-    fp = events[0].get("plan_fingerprint")
-    rb: dict[str, int] = {}
-    promoted: dict[str, int] = {}
-    datasets: dict[str, str] = {}
-    for e in events:
-        d = e["details"]
-        for label, v in (d.get("rollback_versions") or {}).items():
-            rb[label] = int(v)
-            datasets[label] = e.get("target") or datasets.get(label, "")
-        for label, v in (d.get("promoted_versions") or {}).items():
-            promoted[label] = int(v)
-    return [{"label": k, "dataset": datasets[k], "rollback_version": rb[k],
-             "promoted_version": promoted.get(k), "fingerprint": fp} for k in rb]
-
-
-def rollback_run(spark: SparkSession, home: str, run_id: str, *, force: bool = False,
-                 out: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Restore every target of ``run_id`` to the version recorded before promotion.
-
-    Refuses when another writer committed after the promotion (unless ``force``), and when
-    the recorded version's files are gone (VACUUM). Verifies the restored content.
-    """
-    ledger = Ledger(spark, home)
-    points = rollback_points(ledger, run_id)
-    if not points:
-        raise RollbackRefusedError(f"run {run_id} never reached promotion; nothing to roll back")
-    checks: list[tuple[dict[str, Any], TableRef]] = []
-    for pt in points:
-        ref = TableRef.parse(pt["dataset"])
-        after = pt["promoted_version"] if pt["promoted_version"] is not None else pt[
-            "rollback_version"]
-        others = []
-        for c in delta_ops.commits_since(spark, ref, after):
-            meta = delta_ops.commit_metadata(c.get("userMetadata"))
-            if meta and meta.get("run_id") == run_id:
-                continue
-            others.append(c)
-        if others and not force:
-            listed = "; ".join(f"v{c['version']} {c['operation']} at {c['timestamp']}"
-                               for c in others[:10])
-            raise RollbackRefusedError(
-                f"{pt['dataset']}: {len(others)} commit(s) by other writers after the promotion "
-                f"would be undone by RESTORE: {listed}. Re-run with --force to restore anyway.")
-        missing = delta_ops.missing_files_for_version(spark, ref, pt["rollback_version"])
-        if missing:
-            raise RollbackRefusedError(
-                f"{pt['dataset']}: version {pt['rollback_version']} can no longer be restored; "
-                f"{len(missing)} data file(s) it needs are gone (VACUUM?): {missing[:3]}")
-        checks.append((pt, ref))
-    ledger.record_run(run_id, "rolling_back", fingerprint=points[0]["fingerprint"],
-                      rollback_started=[p["label"] for p in points])
+    prog = run_progress(events)
+    points = check_rollback(spark, prog)
+    todo = [p for p in points if p.promoted_version is not None]
+    done = [p for p in points if p.already_rolled_back is not None]
+    if prog.state == "rolled_back" and not todo:
+        out(f"run {run_id} was already rolled back; nothing to do")
+        return points
+    if not todo and not done:
+        raise RollbackRefusedError(
+            f"run {run_id} (state {prog.state}) has no promotion in place to roll back"
+            + ("; its targets were restored when it failed" if points else ""))
+    problems = _refusals(todo, force)
+    if problems:
+        raise RollbackRefusedError("rollback refused, nothing restored:\n  " + "\n  ".join(problems))
+    actor = os.environ.get("SPARKGUARD_ACTOR") or _user()
+    if prog.state != "rolling_back":
+        ledger.record_run(run_id, "rolling_back", fingerprint=prog.fingerprint, actor=actor,
+                          forced=force, targets=[p.label for p in todo],
+                          undone_commits={p.label: [str(c["version"]) for c in p.later_commits]
+                                          for p in todo if p.later_commits})
     failpoint("mid_rollback")
-    results = []
-    for pt, ref in checks:
-        version = pt["rollback_version"]
-        expected = table_fingerprint(delta_ops.read_version(spark, ref, version))
-        delta_ops.restore(spark, ref, version,
-                          delta_ops.user_metadata(run_id, pt["fingerprint"] or "", "rollback"))
-        failpoint("after_rollback_restore")
-        got = table_fingerprint(delta_ops.read_table(spark, ref))
-        ok = got == expected
-        out(f"{pt['dataset']}: {restore_statement(ref, version)} -> "
-            f"{'verified: content equals version ' + str(version) if ok else 'MISMATCH'}")
-        results.append({**pt, "verified": ok, "new_version": delta_ops.current_version(spark, ref)})
-        if not ok:
-            raise RollbackRefusedError(f"{pt['dataset']}: restored content differs from version "
-                                       f"{version}")
-    ledger.record_run(run_id, "rolled_back", fingerprint=points[0]["fingerprint"],
-                      rolled_back=results)
-    return results
+    window = _window(events)
+    for pt in todo:
+        _restore_one(spark, ledger, prog, pt, _window_predicate(window), out)
+    for pt in done:
+        pt.new_version = pt.already_rolled_back
+        _verify(spark, pt, _window_predicate(window), out)
+    results = [p.to_dict() for p in [*todo, *done]]
+    ledger.record_run(run_id, "rolled_back", fingerprint=prog.fingerprint, actor=actor,
+                      forced=force, rolled_back=results)
+    send_all(list(notifiers) if notifiers is not None else notifiers_from_env(), "rolled_back",
+             prog.recipients, {"run_id": run_id, "plan": prog.plan_name, "targets": {
+                 p.dataset: p.rollback_version for p in [*todo, *done]}})
+    _record_in_evidence(prog, results, actor, force, out)
+    return [*todo, *done]
+
+
+def _restore_one(spark: SparkSession, ledger: Ledger, prog: RunProgress, pt: RollbackPoint,
+                 window: str | None, out: Callable[[str], None]) -> None:
+    meta = delta_ops.user_metadata(prog.run_id, prog.fingerprint, "rollback", target=pt.label)
+    delta_ops.restore(spark, pt.ref, pt.rollback_version, meta)
+    failpoint("after_rollback_restore")
+    pt.new_version = delta_ops.current_version(spark, pt.ref)
+    _verify(spark, pt, window, out)
+
+
+def _verify(spark: SparkSession, pt: RollbackPoint, window: str | None,
+            out: Callable[[str], None]) -> None:
+    """Same data files as the recorded version, and the same window content."""
+    ref, version = pt.ref, pt.rollback_version
+    same_files = delta_ops.snapshot_files(spark, ref) == delta_ops.snapshot_files(spark, ref, version)
+    now, then = delta_ops.read_table(spark, ref), delta_ops.read_version(spark, ref, version)
+    if window:
+        now, then = now.filter(window), then.filter(window)
+    same_rows = table_fingerprint(now) == table_fingerprint(then)
+    pt.verified = same_files and same_rows
+    out(f"{pt.dataset}: {restore_statement(ref, version)} -> version {pt.new_version}; "
+        + (f"verified: same data files and {'window ' if window else ''}content as version "
+           f"{version}" if pt.verified else "MISMATCH with the recorded version"))
+    if not pt.verified:
+        raise GateFailedError(f"{pt.dataset}: after RESTORE the table differs from version "
+                              f"{version} (files equal: {same_files}, content equal: {same_rows})")
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"
+
+
+def _record_in_evidence(prog: RunProgress, results: list[dict[str, Any]], actor: str,
+                        force: bool, out: Callable[[str], None]) -> None:
+    """Add the rollback to the run's evidence (``sparkguard.rollbacks``) and re-render the
+    Markdown beside it."""
+    if not prog.evidence_path or not Path(prog.evidence_path).exists():
+        return
+    path = Path(prog.evidence_path)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    entry = {"at": dt.datetime.now(dt.UTC).isoformat(), "by": actor, "forced": force,
+             "targets": results}
+    data.setdefault("sparkguard", {}).setdefault("rollbacks", []).append(entry)
+    rg = data.get("release_gate_evidence") or {}
+    if isinstance(rg.get("decision"), dict):
+        rg["decision"]["ready_to_ship"] = False
+    _atomic_write(path, yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True))
+    _atomic_write(path.with_suffix(".md"), render_markdown(data))
+    out(f"rollback recorded in the evidence: {path}")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)

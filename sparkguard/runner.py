@@ -12,12 +12,18 @@ __all__ = ["RunOptions", "Stage", "build_stages", "explain", "slices_of"]
 
 @dataclass(frozen=True)
 class RunOptions:
-    """Flags of one invocation."""
+    """Flags of one invocation.
+
+    ``promote_attempts`` bounds how often a promotion is prepared again after the target moved
+    or a Delta conflict (each attempt re-reconciles the window against the new version).
+    """
 
     dry_run: bool = False
     takeover_stale_lock: bool = False
     stale_lock_after_s: float = 6 * 3600
     explain: bool = False
+    promote_attempts: int = 3
+    conflict_backoff_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -42,31 +48,37 @@ def build_stages(plan: BackfillPlan, options: RunOptions) -> list[Stage]:
     parts = window_partitions(plan)
     slices = slices_of(parts, plan.execution.slice_partitions)
     labels = ", ".join(t.label for t in targets)
+    workers = plan.execution.max_concurrent_slices
     stages = [
         Stage("guard", "static checks, approvals for this fingerprint, live checks"),
-        Stage("lock", f"lock targets ({labels}), record the run in the ledger"),
-        Stage("pause", f"pause publish for {labels}; notify "
-              f"{', '.join(plan.safeguards.downstream_notifications) or 'nobody'}"),
+        Stage("lock", f"read the ledger once; resume or start a run; lock targets ({labels}); "
+              "pin the source version"),
     ]
+    if not options.dry_run:
+        stages.append(Stage("pause", f"set this run's publish hold on {labels}; notify "
+                            f"{', '.join(plan.safeguards.downstream_notifications) or 'nobody'}"))
     for t in targets:
         first = tuple(str(p) for p in slices[0]) if slices else ()
         stages.append(Stage("proof", f"{t.label}: write slice 1 twice (idempotency), reconcile it",
                             t.label, first, 1))
     for t in targets:
         for i, sl in enumerate(slices[1:], start=2):
-            stages.append(Stage("slice", f"{t.label}: write and reconcile slice {i}/{len(slices)}",
-                                t.label, tuple(str(p) for p in sl), i))
+            stages.append(Stage("slice", f"{t.label}: write and reconcile slice {i}/{len(slices)}"
+                                f" (up to {workers} at once)", t.label,
+                                tuple(str(p) for p in sl), i))
     for t in targets:
         stages.append(Stage("reconcile", f"{t.label}: full-window gates and change preview",
                             t.label, tuple(str(p) for p in parts)))
     if options.dry_run:
-        stages.append(Stage("dry_run_stop", "dry run: record it, write evidence, stop"))
+        stages.append(Stage("dry_run_stop", "dry run: record it in the ledger, write evidence, "
+                            "stop (target and publish state untouched)"))
         return stages
     for t in targets:
-        stages.append(Stage("promote", f"{t.label}: record rollback point, promote by "
-                            f"{t.promotion.value} in one commit, verify", t.label))
+        stages.append(Stage("promote", f"{t.label}: read the rollback point, promote by "
+                            f"{t.promotion.value} in one commit (re-reconcile if the target "
+                            "moved), verify against the shadow", t.label))
     stages.append(Stage("evidence", "write evidence (YAML + Markdown)"))
-    stages.append(Stage("resume", "reopen publish, notify, release locks"))
+    stages.append(Stage("resume", "release this run's publish hold, notify, release locks"))
     return stages
 
 
