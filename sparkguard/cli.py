@@ -37,9 +37,19 @@ def _session() -> SparkSession:
     return spark
 
 
-def _home(args: argparse.Namespace) -> str:
+HOME_CONF = "spark.sparkguard.home"
+
+
+def _home(args: argparse.Namespace, spark: SparkSession | None = None) -> str:
+    """sparkguard's home (ledger, publish control, shadows): ``--home``, else the Spark conf
+    ``spark.sparkguard.home`` (cluster or Databricks job conf), else ``$SPARKGUARD_HOME``,
+    else ``<plan dir>/_sparkguard`` (or ``./_sparkguard`` without a plan)."""
     if getattr(args, "home", None):
         return str(args.home)
+    if spark is not None:
+        conf = spark.conf.get(HOME_CONF, None)
+        if conf:
+            return str(conf)
     if os.environ.get("SPARKGUARD_HOME"):
         return os.environ["SPARKGUARD_HOME"]
     plan = getattr(args, "plan", None)
@@ -97,8 +107,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     from sparkguard.execute import run_backfill
 
-    outcome = run_backfill(_session(), plan, args.plan, home=_home(args),
-                           evidence_dir=_evidence_dir(args), options=opts)
+    spark = _session()
+    home = _home(args, spark)
+    outcome = run_backfill(spark, plan, args.plan, home=home, evidence_dir=_evidence_dir(args),
+                           options=opts)
     print(f"sparkguard: {outcome.message} (run {outcome.run_id}, exit {outcome.exit_code})")
     for label, st in outcome.targets.items():
         if st.promoted_version is not None and not st.restored:
@@ -108,7 +120,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"  {label}: promoted version {st.promoted_version}; rollback point "
                   f"{st.rollback_version}")
             print(f"  roll back with: spark-submit jobs/rollback.py --run-id {outcome.run_id} "
-                  f"--home {_home(args)}")
+                  f"--home {home}")
             print(f"     or in SQL:   {restore_statement(st.ref, st.rollback_version)}")
     if outcome.evidence_path:
         print(f"  evidence: {outcome.evidence_path}")
@@ -132,37 +144,79 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
     if not run_id:
         print("sparkguard rollback: give --run-id or --evidence", file=sys.stderr)
         return EXIT_USAGE
-    results = rollback_run(_session(), home or _home(args), run_id, force=args.force)
+    spark = _session()
+    points = rollback_run(spark, home or _home(args, spark), run_id, force=args.force)
     print(f"rolled back run {run_id}: " + ", ".join(
-        f"{r['dataset']} restored to version {r['rollback_version']}" for r in results))
+        f"{p.dataset} at version {p.rollback_version}'s content (new version {p.new_version})"
+        for p in points if p.new_version is not None))
     return EXIT_OK
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from sparkguard.ledger import Ledger
+    from sparkguard.ledger import Ledger, next_action, run_progress
 
-    ledger = Ledger(_session(), _home(args))
+    spark = _session()
+    ledger = Ledger(spark, _home(args, spark))
     if args.run_id:
-        for e in ledger.run_events(args.run_id):
-            print(f"{e['at']:%Y-%m-%d %H:%M:%S} {e['state']:<22} {e.get('target') or ''} "
-                  f"{json.dumps(e['details'], default=str)[:160]}")
-        for s in ledger.slice_events(args.run_id):
-            print(f"{s['at']:%Y-%m-%d %H:%M:%S}   slice {s['target']}#{s['slice_id']} "
-                  f"{s['partitions']} {s['state']}")
+        events = ledger.run_events(args.run_id)
+        if not events:
+            print(f"sparkguard status: run {args.run_id} is not in the ledger at {ledger.home}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        prog = run_progress(events)
+        print(f"run {prog.run_id}: plan {prog.plan_name} ({prog.fingerprint[:12]}), owner "
+              f"{prog.owner}, state {prog.state}{' (dry run)' if prog.dry_run else ''}; source "
+              f"version {prog.source_version}")
+        for label, tp in prog.targets.items():
+            print(f"  target {label} {tp.dataset}: reconciled at v{tp.reconciled_version}, "
+                  f"rollback point v{tp.rollback_version}, promoted v{tp.promoted_version}, "
+                  f"verified {tp.verified}, restored {tp.restored}")
+        print("events:")
+        for e in events:
+            tlabel = (e["details"] or {}).get("label") or ""
+            versions = " ".join(f"{k}={e[c]}" for k, c in (
+                ("source", "source_version"), ("read", "target_version_read"),
+                ("written", "target_version_written")) if e.get(c) is not None)
+            extra = (e["details"] or {}).get("error") or ""
+            print(f"  {e['at']:%Y-%m-%d %H:%M:%S} +{e.get('elapsed_s') or 0:7.1f}s "
+                  f"{e['state']:<15} {tlabel:<14} {versions} {extra[:120]}".rstrip())
+        slices = ledger.slice_events(args.run_id)
+        if slices:
+            print("slices:")
+        for sl in slices:
+            failed = [g["gate"] for g in sl["gates"] if not g.get("passed")]
+            print(f"  {sl['at']:%Y-%m-%d %H:%M:%S} {sl['target']} #{sl['slice_id']} "
+                  f"{', '.join(json.loads(sl['partitions']))}: {sl['state']}, {sl['rows']} rows, "
+                  f"{sl['elapsed_s'] or 0:.1f}s" + (f"; failed: {', '.join(failed)}" if failed
+                                                     else ""))
+        print(f"next: {next_action(prog)}")
         return EXIT_OK
-    nxt = {"done": "nothing", "gate_failed": "fix the plan or data, then run again",
-           "dry_run_passed": "run without --dry-run", "rolled_back": "nothing",
-           "failed": "re-run the same command to resume"}
-    for r in ledger.latest_runs():
-        print(f"{r['run_id']}  {r['state']:<22} plan={r.get('plan_name') or ''} next: "
-              f"{nxt.get(r['state'], 're-run the same command to resume')}")
+    runs = ledger.latest_runs(args.limit)
+    if not runs:
+        print(f"no runs in the ledger at {ledger.home}")
+    for prog in runs:
+        print(f"{prog.run_id}  {prog.state:<13} plan={prog.plan_name} "
+              f"started={prog.started_at:%Y-%m-%d %H:%M:%S} "
+              f"{'dry-run ' if prog.dry_run else ''}next: {next_action(prog)}")
     return EXIT_OK
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from sparkguard.evidence import load_evidence, render_markdown
 
-    path = args.evidence or str(Path(_evidence_dir(args)) / f"{args.run_id}.yaml")
+    path = args.evidence
+    if not path and not args.run_id:
+        print("sparkguard report: give --run-id or --evidence", file=sys.stderr)
+        return EXIT_USAGE
+    if not path and args.evidence_dir:
+        path = str(Path(args.evidence_dir) / f"{args.run_id}.yaml")
+    if not path:  # the ledger knows where the run wrote its evidence
+        from sparkguard.ledger import Ledger, run_progress
+
+        spark = _session()
+        events = Ledger(spark, _home(args, spark)).run_events(args.run_id)
+        recorded = run_progress(events).evidence_path if events else None
+        path = recorded or str(Path(_evidence_dir(args)) / f"{args.run_id}.yaml")
     print(render_markdown(load_evidence(path)))
     return EXIT_OK
 
@@ -170,14 +224,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_publish(args: argparse.Namespace) -> int:
     from sparkguard.publish import PublishControl
 
-    ctl = PublishControl(_session(), _home(args))
+    spark = _session()
+    ctl = PublishControl(spark, _home(args, spark))
+    actor = os.environ.get("SPARKGUARD_ACTOR") or os.environ.get("USER")
+    if args.action != "status" and not args.target:
+        print(f"sparkguard publish {args.action}: name the TARGET", file=sys.stderr)
+        return EXIT_USAGE
     if args.action == "pause":
-        ctl.pause(args.target, actor=os.environ.get("USER"), reason=args.reason)
+        ctl.pause([args.target], actor=actor, reason=args.reason)
     elif args.action == "resume":
-        ctl.resume(args.target, actor=os.environ.get("USER"), reason=args.reason)
-    st = ctl.status(args.target)
-    print(f"{args.target}: " + ("paused" if st and st["paused"] else "open") +
-          (f" since {st['at']} by run {st['run_id']} ({st['reason']})" if st else ""))
+        cleared = ctl.resume([args.target], actor=actor, reason=args.reason)
+        if cleared:
+            print(f"cleared hold(s): {', '.join(cleared)}")
+    statuses = ctl.statuses([args.target] if args.target else None)
+    if not statuses:
+        print(f"no target was ever paused (control table at {ctl.path})")
+    for st in statuses.values():
+        print(st.describe())
     return EXIT_OK
 
 
@@ -240,19 +303,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_rollback)
 
     p = sub.add_parser("status", help="runs, slices, states and next action")
-    p.add_argument("--run-id")
+    p.add_argument("--run-id", help="one run in detail: events, slices, versions, next action")
+    p.add_argument("--limit", type=int, default=20, help="how many recent runs to list")
     common(p)
     p.set_defaults(func=_cmd_status)
 
     p = sub.add_parser("report", help="render a run's evidence as Markdown")
-    p.add_argument("--run-id")
-    p.add_argument("--evidence")
+    p.add_argument("--run-id", help="find the evidence through the ledger (or --evidence-dir)")
+    p.add_argument("--evidence", help="the evidence YAML itself")
     p.add_argument("--evidence-dir")
+    common(p)
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("publish", help="publish control: status, pause or resume a target")
+    p = sub.add_parser("publish", help="publish control: status, pause or resume a target",
+                       description="pause sets the manual hold; resume clears every hold "
+                       "(runs' and manual); a target is paused while any hold is set")
     p.add_argument("action", choices=["status", "pause", "resume"])
-    p.add_argument("target", help="target dataset (table name or path) as in the plan")
+    p.add_argument("target", nargs="?",
+                   help="target dataset (table name or path) as in the plan; status without "
+                   "it lists every target")
     p.add_argument("--reason")
     common(p)
     p.set_defaults(func=_cmd_publish)
