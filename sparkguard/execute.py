@@ -595,7 +595,10 @@ class _Run:
         label, attempts = st.spec.label, max(1, self.options.promote_attempts)
         for attempt in range(1, attempts + 1):
             current = delta_ops.current_version(self.spark, st.ref)
-            if current != st.reconciled_version:
+            # since the run took its lock, not only since reconciliation: rows written into
+            # the window before reconciliation would otherwise be replaced without a word
+            since = st.start_version if st.start_version is not None else st.reconciled_version
+            if current != since:
                 self._target_moved(st, current)
             st.rollback_version = current
             self.record("promoting", st, version_read=current, attempt=attempt,
