@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from sparkguard.plan.model import Aggregation
@@ -12,6 +14,7 @@ from sparkguard.reconcile.verdicts import GateResult, PartitionStats, deviation,
 __all__ = ["SIDES", "build_gates", "combine_metric", "metric_value"]
 
 SIDES = ("source", "shadow", "target")
+_EPOCH_DAY = dt.date(1970, 1, 1).toordinal()
 
 
 def metric_value(agg: Aggregation, parts: Mapping[str, Any]) -> Any:
@@ -47,17 +50,28 @@ def combine_metric(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _num(v: Any) -> float | None:
+    """A metric value as a number: timestamps in epoch seconds, dates in days, so that min/max
+    of time columns compare (an absolute threshold is then in seconds or days)."""
     if v is None:
         return None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            return v.timestamp()
+        return (v - dt.datetime(1970, 1, 1)).total_seconds()
+    if isinstance(v, dt.date):
+        return float(v.toordinal() - _EPOCH_DAY)
+    return float(v)
+
+
+def _comparable(v: Any) -> bool:
+    """Numbers, decimals, dates and timestamps compare by deviation; anything else (strings)
+    only by equality."""
+    return v is None or (isinstance(v, int | float | Decimal | dt.date) and not isinstance(v, bool))
 
 
 def _compare_gate(name: str, check_type: str, expected: Any, measured: Any, thr: ThresholdSpec,
                   what: str, partition: str | None = None) -> GateResult:
-    if isinstance(expected, str | bytes) or isinstance(measured, str | bytes):
+    if not (_comparable(expected) and _comparable(measured)):
         same = expected == measured
         absolute, percent = (0.0, 0.0) if same else (float("inf"), float("inf"))
     else:
@@ -96,7 +110,8 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
             duplicate_keys_shadow=int(r.get("dup_shadow") or 0),
             duplicate_keys_source=int(r.get("dup_source") or 0),
             metrics=metrics,
-            nulls={c: int(r.get(f"null_{c}") or 0) for c in spec.not_null}))
+            nulls={c: int(r.get(f"null_{c}") or 0) for c in spec.not_null},
+            changes=dict(r.get("changes") or {})))
     gates: list[GateResult] = []
     if spec.row_count is not None:
         exp = sum(getattr(s, f"rows_{ref}") for s in stats)

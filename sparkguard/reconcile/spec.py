@@ -61,6 +61,7 @@ class ReconcileSpec:
     not_null: tuple[str, ...] = ()
     float_abs_tolerance: float = 1e-9
     float_rel_tolerance: float = 1e-9
+    ignore_trailing_spaces: bool = False
     sample_size: int = 10
     key_source: bool = False
     extra_duplicate_keys: tuple[tuple[str, ...], ...] = field(default=())

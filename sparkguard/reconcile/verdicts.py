@@ -81,7 +81,7 @@ class GateResult:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(asdict(self))  # type: ignore[no-any-return]
+        return _clean(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -96,14 +96,22 @@ class PartitionStats:
     duplicate_keys_source: int
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     nulls: dict[str, int] = field(default_factory=dict)
+    changes: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(asdict(self))  # type: ignore[no-any-return]
+        return _clean(asdict(self))
 
 
 @dataclass(frozen=True)
 class ChangePreview:
-    """What promoting the shadow would do to the target's window."""
+    """What promoting the shadow would do to the target's window, counted in business keys.
+
+    ``inserted``: keys only in the shadow; ``deleted``: keys only in the target; ``changed`` and
+    ``unchanged``: keys with exactly one row on each side, whose compared values differ or not;
+    ``ambiguous``: keys on both sides with more than one row on either (rows cannot be paired;
+    the duplicate gate reports them). ``changed_by_column`` counts changed keys per column;
+    ``not_compared`` lists columns missing on one side or typed differently.
+    """
 
     inserted: int
     deleted: int
@@ -112,9 +120,10 @@ class ChangePreview:
     changed_by_column: dict[str, int]
     sample: tuple[dict[str, Any], ...] = ()
     not_compared: tuple[str, ...] = ()
+    ambiguous: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(asdict(self))  # type: ignore[no-any-return]
+        return _clean(asdict(self))
 
 
 @dataclass(frozen=True)

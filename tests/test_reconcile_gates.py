@@ -1,0 +1,233 @@
+"""Pure verdict arithmetic: deviations, thresholds, metric partials, gates and schema contract."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from sparkguard.plan.loader import load_plan_text
+from sparkguard.plan.model import Aggregation, ColumnContract, Contract
+from sparkguard.reconcile.gates import build_gates, combine_metric, metric_value
+from sparkguard.reconcile.spec import (
+    ColumnInfo,
+    MetricSpec,
+    ReconcileSpec,
+    ThresholdSpec,
+    schema_contract_gates,
+    spec_for_target,
+)
+from sparkguard.reconcile.verdicts import ChangePreview, ReconcileResult, deviation, judge
+from sparkguard.sql import PartitionType
+from tests.plan_fixtures import plan_yaml, valid_plan
+
+INF = math.inf
+
+
+@pytest.mark.parametrize(("expected", "measured", "out"), [
+    (None, None, (0.0, 0.0)),
+    (None, 5, (INF, INF)),
+    (5, None, (INF, INF)),
+    (0, 0, (0.0, 0.0)),
+    (0, 5, (5.0, INF)),
+    (100, 90, (10.0, 10.0)),
+    (-200, -150, (50.0, 25.0)),
+    (math.nan, math.nan, (0.0, 0.0)),
+    (math.nan, 1.0, (INF, INF)),
+])
+def test_deviation(expected: Any, measured: Any, out: tuple[float, float]) -> None:
+    assert deviation(expected, measured) == out
+
+
+@pytest.mark.parametrize(("absolute", "percent", "tp", "ta", "ok"), [
+    (0.0, 0.0, None, None, True),       # no threshold: exact only
+    (1e-9, 1e-9, None, None, False),
+    (5.0, 1.0, 1.0, None, True),        # percent bound is inclusive
+    (5.0, 1.0000001, 1.0, None, False),
+    (5.0, 50.0, None, 5.0, True),       # absolute bound is inclusive
+    (5.0, 1.0, 2.0, 4.0, False),        # both given: both must hold
+    (INF, INF, 100.0, None, False),
+])
+def test_judge(absolute: float, percent: float, tp: float | None, ta: float | None, ok: bool) -> None:
+    assert judge(absolute, percent, tp, ta) is ok
+
+
+def test_metric_partials_fold_and_finish() -> None:
+    parts = combine_metric([{"sum": 10, "count": 2, "min": 3, "max": 7},
+                            {"sum": None, "count": 0, "min": None, "max": None},
+                            {"sum": Decimal("2.5"), "count": 1, "min": -1, "max": 4}])
+    assert parts == {"sum": Decimal("12.5"), "count": 3, "min": -1, "max": 7, "cd": None}
+    assert metric_value(Aggregation.SUM, parts) == Decimal("12.5")
+    assert metric_value(Aggregation.AVG, parts) == pytest.approx(12.5 / 3)
+    assert metric_value(Aggregation.MIN, parts) == -1
+    assert metric_value(Aggregation.MAX, parts) == 7
+    assert metric_value(Aggregation.COUNT, parts) == 3
+    assert metric_value(Aggregation.AVG, {"sum": None, "count": 0}) is None
+    assert metric_value(Aggregation.COUNT_DISTINCT, {"cd": None}) == 0
+
+
+def spec(**kw: Any) -> ReconcileSpec:
+    base: dict[str, Any] = {"partition_column": "p", "partition_type": PartitionType.DATE,
+                            "business_keys": ("k",)}
+    return ReconcileSpec(**{**base, **kw})
+
+
+def row(part: str, source: int, shadow: int, **kw: Any) -> dict[str, Any]:
+    return {"partition": part, "rows_source": source, "rows_shadow": shadow, "rows_target": 0,
+            "dup_shadow": 0, "dup_source": 0, **kw}
+
+
+def test_row_count_parity_percent_and_absolute_per_partition() -> None:
+    rows = [row("d1", 1000, 1000), row("d2", 1000, 1015)]
+    _, gates = build_gates(spec(row_count=ThresholdSpec(percent=1.0), row_count_per_partition=True,
+                                duplicate_check=None), rows, has_source=True)
+    window, d1, d2 = gates
+    assert window.passed and window.measured["value"] == 2015 and window.expected == 2000
+    assert window.measured["pct_diff"] == pytest.approx(0.75)
+    assert d1.passed and d1.partition == "d1"
+    assert not d2.passed and d2.partition == "d2"
+    assert "expected 1000, got 1015" in d2.reason and "exceeds threshold <= 1%" in d2.reason
+    _, gates = build_gates(spec(row_count=ThresholdSpec(absolute=15)), rows, has_source=True)
+    assert gates[0].passed and gates[0].threshold == "<= 15 abs"
+    _, gates = build_gates(spec(row_count=ThresholdSpec(absolute=14)), rows, has_source=True)
+    assert not gates[0].passed
+
+
+def test_row_count_against_target_without_source() -> None:
+    rows = [{"partition": "d1", "rows_source": 0, "rows_shadow": 9, "rows_target": 10}]
+    _, gates = build_gates(spec(), rows, has_source=False)
+    assert not gates[0].passed and gates[0].expected == 10 and "target rows" in gates[0].reason
+
+
+def test_duplicates_on_shadow_fail_and_source_duplicates_inform() -> None:
+    rows = [row("d1", 10, 10, dup_shadow=2, dup_source=3), row("d2", 10, 10)]
+    stats, gates = build_gates(spec(row_count=None), rows, has_source=True,
+                               extra_duplicates={("customer",): 4})
+    dup, extra = gates
+    assert not dup.passed and dup.measured["duplicate_keys"] == 2
+    assert dup.details["source_duplicate_keys"] == 3
+    assert "2 business key(s) (k) occur more than once in the shadow" in dup.reason
+    assert extra.gate == "duplicate_check[customer]" and not extra.passed
+    assert [s.duplicate_keys_shadow for s in stats] == [2, 0]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=ThresholdSpec(percent=10.0)),
+                           rows, has_source=True)
+    assert gates[0].passed and gates[0].measured["pct_of_rows"] == pytest.approx(10.0)
+
+
+def metric_row(part: str, src: dict[str, Any], shd: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    return {**row(part, 1, 1), "m0_source": src, "m0_shadow": shd, **kw}
+
+
+def test_metric_reconciliation_percent_absolute_and_per_partition() -> None:
+    m = MetricSpec("amount", Aggregation.SUM, "amount", "amount", ThresholdSpec(percent=0.8), True)
+    rows = [metric_row("d1", {"sum": 1000.0, "count": 1}, {"sum": 1004.0, "count": 1}),
+            metric_row("d2", {"sum": 1000.0, "count": 1}, {"sum": 1010.0, "count": 1})]
+    stats, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    window, d1, d2 = gates
+    assert window.gate == "metric_reconciliation[amount]"
+    assert window.passed and window.measured["value"] == 2014.0 and window.expected == 2000.0
+    assert d1.passed and not d2.passed and d2.measured["pct_diff"] == pytest.approx(1.0)
+    assert stats[1].metrics["amount"] == {"source": 1000.0, "shadow": 1010.0, "target": None}
+    absolute = MetricSpec("amount", Aggregation.SUM, "amount", "amount", ThresholdSpec(absolute=13))
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(absolute,)), rows, True)
+    assert not gates[0].passed and gates[0].measured["abs_diff"] == 14.0
+
+
+def test_min_max_of_dates_and_timestamps_compare_in_days_and_seconds() -> None:
+    t0 = dt.datetime(2024, 1, 1, 12)
+    m = MetricSpec("first", Aggregation.MIN, "t", "t", ThresholdSpec(absolute=60))
+    rows = [metric_row("d1", {"min": t0}, {"min": t0 + dt.timedelta(seconds=61)})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert not gates[0].passed and gates[0].measured["abs_diff"] == 61.0
+    day = MetricSpec("last", Aggregation.MAX, "d", "d", ThresholdSpec())
+    rows = [metric_row("d1", {"max": dt.date(2024, 1, 2)}, {"max": dt.date(2024, 1, 1)})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(day,)), rows, True)
+    assert not gates[0].passed and gates[0].measured["abs_diff"] == 1.0
+    text = MetricSpec("code", Aggregation.MAX, "s", "s", ThresholdSpec(percent=50))
+    rows = [metric_row("d1", {"max": "b"}, {"max": "a"})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(text,)), rows, True)
+    assert not gates[0].passed  # strings: equal or not, whatever the threshold
+
+
+def test_count_distinct_uses_window_totals_not_partition_sums() -> None:
+    m = MetricSpec("customers", Aggregation.COUNT_DISTINCT, "c", "c", ThresholdSpec())
+    rows = [metric_row(d, {"cd": 5}, {"cd": 5}, m0_source_window_cd=7, m0_shadow_window_cd=8)
+            for d in ("d1", "d2")]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert (gates[0].expected, gates[0].measured["value"], gates[0].passed) == (7, 8, False)
+
+
+def test_not_null_gate_counts_nulls_over_partitions() -> None:
+    rows = [row("d1", 1, 1, null_s=2), row("d2", 1, 1, null_s=1)]
+    stats, gates = build_gates(spec(row_count=None, duplicate_check=None, not_null=("s",)), rows, True)
+    assert gates[0].gate == "not_null[s]" and gates[0].measured == 3 and not gates[0].passed
+    assert [s.nulls for s in stats] == [{"s": 2}, {"s": 1}]
+
+
+def test_result_verdicts_and_dict_shape() -> None:
+    rows = [row("d1", 10, 10), row("d2", 10, 12)]
+    stats, gates = build_gates(spec(row_count=ThresholdSpec(percent=0.0), row_count_per_partition=True,
+                                    duplicate_check=None), rows, True)
+    preview = ChangePreview(inserted=2, deleted=0, changed=1, unchanged=17,
+                            changed_by_column={"x": 1}, ambiguous=0)
+    res = ReconcileResult("slice 1", tuple(stats), tuple(gates), preview)
+    assert not res.passed
+    assert [(g.gate, g.partition) for g in res.failed] == [("row_count_parity", None),
+                                                         ("row_count_parity", "d2")]
+    assert res.totals() == {"rows_source": 20, "rows_shadow": 22, "rows_target": 0,
+                            "duplicate_keys_shadow": 0}
+    d = res.to_dict()
+    assert d["scope"] == "slice 1" and d["passed"] is False
+    assert d["change_preview"]["ambiguous"] == 0 and d["change_preview"]["inserted"] == 2
+    assert d["gates"][0]["measured"]["pct_diff"] == pytest.approx(10.0)
+
+
+def test_to_dict_is_plain_data() -> None:
+    rows = [row("d1", 0, 3)]
+    _, gates = build_gates(spec(), rows, True)
+    d = gates[0].to_dict()
+    assert d["measured"]["pct_diff"] == "inf"  # infinities and NaN become strings
+    stats, _ = build_gates(spec(metrics=(MetricSpec("t", Aggregation.MAX, "t", "t", ThresholdSpec()),)),
+                           [metric_row("d1", {"max": Decimal("1.5")}, {"max": dt.date(2024, 1, 1)})],
+                           True)
+    assert stats[0].to_dict()["metrics"]["t"] == {"source": "1.5", "shadow": "2024-01-01", "target": None}
+
+
+def test_schema_contract_against_target_and_declared_contract() -> None:
+    target = [ColumnInfo("id", "bigint", False), ColumnInfo("amount", "decimal(10,2)", True),
+              ColumnInfo("note", "string", True)]
+    shadow = [ColumnInfo("id", "bigint", True), ColumnInfo("amount", "decimal(10, 3)", True),
+              ColumnInfo("extra", "int", True)]
+    contract = Contract(columns=[ColumnContract(name="id", type="BIGINT", nullable=False),
+                                 ColumnContract(name="amount", type="decimal(10,2)"),
+                                 ColumnContract(name="gone", type="string")])
+    by_target, by_contract = schema_contract_gates(shadow, target, contract)
+    assert not by_target.passed and by_target.measured == 3
+    assert by_target.details["differences"] == [
+        "column 'amount' type decimal(10, 3) != target decimal(10,2)",
+        "column 'note' missing from the recomputed rows",
+        "column 'extra' not in the target"]
+    assert not by_contract.passed and by_contract.measured == 2
+    assert "contract column 'gone' missing" in by_contract.reason
+    same = [ColumnInfo("id", "BIGINT", True), ColumnInfo("amount", "decimal(10,2)", True),
+            ColumnInfo("note", "string", True)]
+    gates = schema_contract_gates(same, target, Contract(match_target_schema=True))
+    assert [g.passed for g in gates] == [True]
+    assert schema_contract_gates(shadow, None, Contract(match_target_schema=True)) == []
+
+
+def test_spec_for_target_reads_the_plan_checks() -> None:
+    plan = load_plan_text(plan_yaml(valid_plan()))
+    target = plan.targets[0]
+    s = spec_for_target(plan, target)
+    assert s.partition_column == plan.partitioning.column  # type: ignore[union-attr]
+    assert s.business_keys == tuple(target.business_keys)
+    assert s.row_count == ThresholdSpec(percent=0.0)
+    assert s.duplicate_check == ThresholdSpec(absolute=0.0)
+    assert [(m.name, m.aggregation, m.source_expr, m.shadow_expr) for m in s.metrics][:2] == [
+        ("gross_amount", Aggregation.SUM, "amount", "amount"),
+        ("line_total", Aggregation.SUM, "amount * quantity", "line_total")]
+    assert s.metrics[0].threshold == ThresholdSpec(percent=0.01)
