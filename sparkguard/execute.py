@@ -264,10 +264,11 @@ class _Run:
         self.holds_locks = True
         took_over = {t: h.run_id for t, (what, h) in decisions.items()
                      if what == "takeover" and h is not None}
-        for t, other in sorted(set(took_over.items())):
-            if other != self.run_id:
-                self.ledger.record_run(other, "abandoned", fingerprint="?", target=t,
-                                       taken_over_by=self.run_id)
+        for other in sorted(set(took_over.values()) - {self.run_id}):
+            old = self.ledger.progress(other)  # recorded under its own plan's fingerprint
+            self.ledger.record_run(other, "abandoned", fingerprint=old.fingerprint if old else "?",
+                                   taken_over_by=self.run_id,
+                                   targets=sorted(t for t, r in took_over.items() if r == other))
         if prev is not None:
             self._load_resume(prev)
         if self.source_version is None:
@@ -628,7 +629,9 @@ class _Run:
             "publish stays paused. Re-run once the other writers are quiet")
 
     def _target_moved(self, st: TargetState, current: int) -> None:
-        """The target changed since reconciliation: go on only if the window is unchanged."""
+        """The target changed since the run started: go on only if the window's content is
+        the same as then (commits outside the window survive the promotion; rows another
+        writer put in the window would be overwritten, so the run stops instead)."""
         label = st.spec.label
         since = st.start_version if st.start_version is not None else st.reconciled_version
         assert since is not None
