@@ -107,7 +107,7 @@ def build_evidence(run: Any, outcome: str, error: str | None = None) -> dict[str
             "run_id": run.run_id,
             "outcome": outcome,
             "error": error,
-            "written_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+            "written_at": dt.datetime.now(dt.UTC).isoformat(),
             "plan": {"name": plan.name, "path": run.plan_path, "fingerprint": run.fp,
                      "reason": plan.reason,
                      "checks": [c.model_dump(mode="json", exclude_none=True)

@@ -42,7 +42,7 @@ def test_cli_approve_records_role_approver_time_and_fingerprint(plan_path, capsy
     assert rec["role"] == "data-platform-owner" and rec["by"] == "alice@example.com"
     assert rec["fingerprint"] == fingerprint(load_plan(plan_path))
     at = dt.datetime.fromisoformat(rec["at"].replace("Z", "+00:00"))
-    assert abs((dt.datetime.now(dt.timezone.utc) - at).total_seconds()) < 60
+    assert abs((dt.datetime.now(dt.UTC) - at).total_seconds()) < 60
     assert rec["fingerprint"] in capsys.readouterr().out
     # the plan file itself is untouched: approvals live beside it
     assert "granted" not in plan_path.read_text()

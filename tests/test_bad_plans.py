@@ -357,7 +357,7 @@ def _approve_as_written(plan_path: Path) -> None:
         return  # does not even load: approvals are irrelevant
     fp = fingerprint(plan)
     records = [{"role": role, "by": f"reviewer{i}@example.com", "fingerprint": fp,
-                "at": dt.datetime(2026, 5, 20, tzinfo=dt.timezone.utc).isoformat()}
+                "at": dt.datetime(2026, 5, 20, tzinfo=dt.UTC).isoformat()}
                for i, role in enumerate(plan.approvals.required)]
     approvals_path(plan_path).write_text(yaml.safe_dump({"approvals": records}))
 

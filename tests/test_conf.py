@@ -6,11 +6,11 @@ from __future__ import annotations
 import glob
 import re
 import shlex
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 import yaml
 
 from sparkguard.cli import build_parser

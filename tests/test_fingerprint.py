@@ -94,7 +94,7 @@ def test_required_roles_are_content_so_removing_a_role_invalidates_approvals():
 def test_granted_records_do_not_feed_back_into_the_fingerprint():
     plan = load_plan_text(plan_yaml(valid_plan()))
     rec = ApprovalRecord(role="data-platform-owner", by="a", fingerprint=fingerprint(plan),
-                         at=dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc))
+                         at=dt.datetime(2026, 5, 1, tzinfo=dt.UTC))
     approved = plan.model_copy(update={"approvals": plan.approvals.model_copy(
         update={"granted": [rec]})})
     assert fingerprint(approved) == fingerprint(plan)

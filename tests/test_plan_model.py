@@ -17,7 +17,7 @@ from sparkguard.plan.model import BackfillPlan, ExecutionMode, Promotion, Target
 from sparkguard.sql import PartitionType
 from tests.plan_fixtures import SEED_PLAN, plan_yaml, valid_plan
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _problems(text: str, source: str = "p.yaml") -> list[str]:

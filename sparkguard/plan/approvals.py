@@ -111,7 +111,7 @@ def record_approval(plan_path: str | Path, role: str, by: str,
             else "list the role under approvals.required first")])
     try:
         record = ApprovalRecord(role=role, by=by, fingerprint=fingerprint(plan),
-                                at=now or dt.datetime.now(dt.timezone.utc))
+                                at=now or dt.datetime.now(dt.UTC))
     except ValidationError as exc:
         raise PlanError(source, [PlanProblem("--by", p.message, by, p.fix)
                                  for p in problems_from_validation(exc)]) from None

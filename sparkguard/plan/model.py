@@ -148,8 +148,8 @@ def _utc_bound(value: object) -> object:
         raise PlanValueError("is not a timestamp",
                              "write it like \"2026-05-01T00:00:00Z\" (quoted) or 2026-05-01")
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return moment.astimezone(dt.timezone.utc)
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC)
 
 
 def _partition_item(value: object) -> object:
