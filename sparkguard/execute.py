@@ -605,10 +605,9 @@ class _Run:
             self.record("promoting", st, version_read=current, attempt=attempt,
                         rollback_versions={label: current})
             failpoint("before_promote")
-            if delta_ops.current_version(self.spark, st.ref) != current:
-                self.say(f"{label}: target moved while the rollback point was recorded; "
-                         f"checking again (attempt {attempt}/{attempts})")
-                continue
+            # Commits landing between here and the promotion are fine: one that touches the
+            # window makes Delta refuse the promotion with a conflict (retried below), and the
+            # rollback point is moved to just before the promotion commit once it is known.
             try:
                 self._commit(st)
                 return current
@@ -653,6 +652,7 @@ class _Run:
         self.say(f"{label}: target moved since reconciliation ({listed}), outside the window "
                  "only (window content unchanged); promoting over the new version")
         st.reconciled_version = current
+        st.start_version = current  # the window is as it was then: later checks start here
 
     def _commit(self, st: TargetState) -> None:
         label = st.spec.label
