@@ -1,34 +1,56 @@
-"""The reconciliation engine: every gate and the change preview from one fused aggregation.
+"""The reconciliation engine: every gate and the change preview from one aggregation.
 
-Per side, one scan projects (partition, keys, side, 64-bit row hash, per-column 32-bit hashes,
-float columns, metric inputs, null flags). One aggregation by (partition, key) folds the sides
-together; a second, tiny one by partition yields every count. Only a bounded sample of
-differing keys is ever brought to the driver.
+How one reconciliation runs (comparison rules: ``docs/reconciliation.md``):
+
+1. **One scan per side.** Each side is projected once to narrow rows: partition, business
+   keys, a side tag, a packed row counter and, for shadow and target, a 64-bit row hash of the
+   exactly compared columns, their 32-bit column hashes packed two to a long, the float
+   columns, plus metric inputs and null flags. No other column leaves the scan.
+2. **One aggregation.** The projections are unioned and grouped by (partition, keys, tag): a
+   shadow row and a target row of the same key land in one group, where the ``bit_xor`` of
+   their hashes is zero exactly when the hashes are equal. Every level-1 aggregate is a sum,
+   min, max or xor, so the groups fold by partition (level 2) in the same stage. The level-2
+   rows -- one per partition, each with a few sample keys -- are all the driver receives.
+3. **Bounded samples.** Before/after rows are read back for at most ``sample_size`` keys from
+   at most two partitions (the smallest with differences).
+
+When the plan has no ``count_distinct`` metric nor extra duplicate keys, rows are shuffled by
+(partition, keys) without a map-side combine, which cannot shrink unique keys anyway; otherwise
+distinct values ride along as extra rows and Spark's map-side combine is kept.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Any
 
-from pyspark import StorageLevel
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkguard.plan.model import Aggregation
-from sparkguard.reconcile.gates import SIDES, build_gates
+from sparkguard.reconcile.gates import build_gates
 from sparkguard.reconcile.spec import ColumnInfo, ReconcileSpec
 from sparkguard.reconcile.verdicts import ChangePreview, ReconcileResult
 
-__all__ = ["columns_of", "reconcile", "table_fingerprint"]
+__all__ = ["columns_of", "reconcile", "row_hash", "table_fingerprint"]
 
+SOURCE, SHADOW, TARGET = 0, 1, 2
+_SIDE_NAMES = {SOURCE: "source", SHADOW: "shadow", TARGET: "target"}
+_TAG, _N, _H = "__sg_tag", "__sg_n", "__sg_h"
+_TAG_KEY, _TAG_SOURCE = 0, 1          # keyed shadow/target rows; source rows
+_TARGET_ONE = 1 << 32                 # a target row counts in the high half of __sg_n
+_LOW32 = 0xFFFFFFFF
+_BUCKETS = 4                          # sample keys kept per partition and kind
+_KINDS = ("insert", "delete", "change", "dup_shadow", "dup_source")
 _FLOATS = (T.FloatType, T.DoubleType)
-_SIDE = "__sg_side"
-_SRC = "__sg_src"
-_HASH = "__sg_h"
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 
 
 def columns_of(df: DataFrame) -> list[ColumnInfo]:
@@ -36,11 +58,27 @@ def columns_of(df: DataFrame) -> list[ColumnInfo]:
     return [ColumnInfo(f.name, f.dataType.simpleString(), f.nullable) for f in df.schema.fields]
 
 
-def _hashable(df: DataFrame, name: str) -> Column:
-    col = F.col(name)
-    dt = df.schema[name].dataType
-    if isinstance(dt, T.MapType) or type(dt).__name__ == "VariantType":
+# -- hashing -----------------------------------------------------------------------------------
+
+def _has_map(dt: T.DataType) -> bool:
+    if isinstance(dt, T.MapType):
+        return True
+    if isinstance(dt, T.StructType):
+        return any(_has_map(f.dataType) for f in dt.fields)
+    if isinstance(dt, T.ArrayType):
+        return _has_map(dt.elementType)
+    return False
+
+
+def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
+    """The column as a value Spark can hash: maps become entries sorted by key, variants JSON."""
+    col, dt = F.col(name), df.schema[name].dataType
+    if isinstance(dt, T.MapType) and not _has_map(dt.keyType) and not _has_map(dt.valueType):
+        return F.array_sort(F.map_entries(col))
+    if _has_map(dt) or type(dt).__name__ == "VariantType":
         return F.to_json(col)
+    if rtrim and isinstance(dt, T.StringType):
+        return F.rtrim(col)
     return col
 
 
@@ -55,11 +93,28 @@ def _null_mask(cols: Sequence[str]) -> list[Column]:
     return masks
 
 
-def row_hash(df: DataFrame, cols: Sequence[str]) -> Column:
-    """64-bit hash of the given columns' values, null-position aware."""
+def row_hash(df: DataFrame, cols: Sequence[str], rtrim: bool = False) -> Column:
+    """64-bit hash of the given columns' values, null-position aware (Spark hashes -0.0 as 0.0
+    and every NaN alike)."""
     if not cols:
         return F.lit(0).cast("long")
-    return F.xxhash64(*[_hashable(df, c) for c in cols], *_null_mask(cols))
+    return F.xxhash64(*[_hashable(df, c, rtrim) for c in cols], *_null_mask(cols))
+
+
+def _column_hash(df: DataFrame, name: str, rtrim: bool) -> Column:
+    """32-bit hash of one column, null distinct from every value."""
+    return F.hash(_hashable(df, name, rtrim), F.col(name).isNull()).cast("long")
+
+
+def _packed_hashes(df: DataFrame, cols: Sequence[str], rtrim: bool) -> list[Column]:
+    """Column hashes two to a long: high half for the first, low half for the second."""
+    out = []
+    for i in range(0, len(cols), 2):
+        hi = F.shiftleft(_column_hash(df, cols[i], rtrim), 32)
+        if i + 1 < len(cols):
+            hi = hi.bitwiseOR(_column_hash(df, cols[i + 1], rtrim).bitwiseAND(F.lit(_LOW32)))
+        out.append(hi.alias(f"__sg_c{i // 2}"))
+    return out
 
 
 def table_fingerprint(df: DataFrame) -> dict[str, int]:
@@ -68,44 +123,372 @@ def table_fingerprint(df: DataFrame) -> dict[str, int]:
     h = row_hash(df, cols)
     row = df.select(h.alias("h")).agg(
         F.count(F.lit(1)).alias("rows"),
-        F.sum(F.col("h").bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
+        F.sum(F.col("h").bitwiseAND(F.lit(_LOW32))).alias("lo"),
         F.sum(F.shiftrightunsigned(F.col("h"), 32)).alias("hi"),
     ).first()
     assert row is not None
     return {"rows": int(row["rows"]), "lo": int(row["lo"] or 0), "hi": int(row["hi"] or 0)}
 
 
-def _partials(agg: Aggregation, col: Column, prefix: str) -> list[Column]:
-    if agg is Aggregation.COUNT_DISTINCT:
-        return [F.count(col).alias(f"{prefix}_count")]
-    out = [F.count(col).alias(f"{prefix}_count")]
-    if agg in (Aggregation.SUM, Aggregation.AVG):
-        out.append(F.sum(col).alias(f"{prefix}_sum"))
-    if agg is Aggregation.MIN:
-        out.append(F.min(col).alias(f"{prefix}_min"))
-    if agg is Aggregation.MAX:
-        out.append(F.max(col).alias(f"{prefix}_max"))
-    return out
+# -- what to compute ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Layout:
+    """Which columns each side contributes; decided from the schemas, without a job."""
+
+    p: str
+    keys: tuple[str, ...]
+    key_types: tuple[T.DataType, ...]
+    exact: tuple[str, ...]
+    floats: tuple[str, ...]
+    not_compared: tuple[str, ...]
+    has_source: bool
+    has_target: bool
+    source_keyed: bool
+    integral_key: bool
+    expansions: tuple[tuple[int, str, Any, int], ...]  # (tag, kind, metric index | keys, side)
+    metric_types: tuple[tuple[int, int, T.DataType], ...]  # (metric, side, type of its input)
+
+    @property
+    def tagged(self) -> bool:
+        """Whether rows need a tag column: only source rows and expansion rows differ in kind."""
+        return self.has_source or bool(self.expansions)
+
+    def metric_type(self, i: int, side: int) -> T.DataType | None:
+        return next((t for mi, s, t in self.metric_types if (mi, s) == (i, side)), None)
+
+    def shared(self, i: int) -> bool:
+        """Shadow and target feed metric ``i`` through one column (same type on both sides)."""
+        shadow = self.metric_type(i, SHADOW)
+        return self.has_target and shadow is not None and shadow == self.metric_type(i, TARGET)
+
+    def decimal_scale(self, i: int, side: int) -> int | None:
+        """Scale of a decimal of up to 18 digits that metric ``i`` sums as two longs: Spark's own
+        decimal sum widens to 28 digits, which it stores as bytes and updates slowly."""
+        dt = self.metric_type(i, side)
+        if isinstance(dt, T.DecimalType) and dt.precision <= 18:
+            return dt.scale
+        return None
 
 
-def _combine(agg: Aggregation, prefix: str) -> list[Column]:
-    out = [F.sum(f"{prefix}_count").alias(f"{prefix}_count")]
-    if agg in (Aggregation.SUM, Aggregation.AVG):
-        out.append(F.sum(f"{prefix}_sum").alias(f"{prefix}_sum"))
-    if agg is Aggregation.MIN:
-        out.append(F.min(f"{prefix}_min").alias(f"{prefix}_min"))
-    if agg is Aggregation.MAX:
-        out.append(F.max(f"{prefix}_max").alias(f"{prefix}_max"))
-    return out
+def _layout(spec: ReconcileSpec, shadow: DataFrame, target: DataFrame | None,
+            source: DataFrame | None) -> _Layout:
+    p, keys = spec.partition_column, tuple(spec.business_keys)
+    exact: list[str] = []
+    floats: list[str] = []
+    not_compared: list[str] = []
+    if target is not None:
+        ttypes = {f.name: f.dataType for f in target.schema.fields}
+        for f in shadow.schema.fields:
+            if f.name in (p, *keys):
+                continue
+            if ttypes.get(f.name) != f.dataType:
+                not_compared.append(f.name)
+            elif isinstance(f.dataType, _FLOATS):
+                floats.append(f.name)
+            else:
+                exact.append(f.name)
+        not_compared += [c for c in ttypes if c not in shadow.columns and c not in (p, *keys)]
+    frames = {SOURCE: source, SHADOW: shadow, TARGET: target}
+    sides = [s for s, df in frames.items() if df is not None]
+    expansions: list[tuple[int, str, Any, int]] = []
+    tag = _TAG_SOURCE + 1
+    for i, m in enumerate(spec.metrics):
+        if m.aggregation is Aggregation.COUNT_DISTINCT:
+            for side in sides:
+                for kind in ("cd_part", "cd_window"):
+                    expansions.append((tag, kind, i, side))
+                    tag += 1
+    for cols in spec.extra_duplicate_keys:
+        expansions.append((tag, "alt_dup", tuple(cols), SHADOW))
+        tag += 1
+    metric_types: list[tuple[int, int, T.DataType]] = []
+    for side in sides:
+        df = frames[side]
+        assert df is not None
+        exprs = [m.source_expr if side == SOURCE else m.shadow_expr for m in spec.metrics]
+        metric_types += [(i, side, t) for i, t in enumerate(_types_of(df, exprs)) if t is not None]
+    expansions = [e for e in expansions
+                  if e[1] == "alt_dup" or any((e[2], e[3]) == (i, s) for i, s, _ in metric_types)]
+    integral = len(keys) == 1 and isinstance(shadow.schema[keys[0]].dataType, _INTEGRAL)
+    return _Layout(p, keys, tuple(shadow.schema[k].dataType for k in keys), tuple(exact),
+                   tuple(floats), tuple(not_compared), source is not None, target is not None,
+                   spec.key_source and source is not None, integral, tuple(expansions),
+                   tuple(metric_types))
+
+
+def _types_of(df: DataFrame, exprs: Sequence[str]) -> list[T.DataType | None]:
+    """Result types of SQL expressions over ``df`` (analysis only, no job); None where one does
+    not resolve -- e.g. a metric over a column the target does not have yet."""
+    if not exprs:
+        return []
+    try:
+        return [f.dataType for f in df.select(*[F.expr(e) for e in exprs]).schema.fields]
+    except AnalysisException:
+        out: list[T.DataType | None] = []
+        for e in exprs:
+            try:
+                out.append(df.select(F.expr(e)).schema.fields[0].dataType)
+            except AnalysisException:
+                out.append(None)
+        return out
+
+
+def _metric_parts(agg: Aggregation) -> tuple[str, ...]:
+    """Partial aggregates a metric needs: every one is a sum, min or max, so partials fold."""
+    return {Aggregation.SUM: ("sum",), Aggregation.COUNT: ("count",),
+            Aggregation.AVG: ("sum", "count"), Aggregation.MIN: ("min",),
+            Aggregation.MAX: ("max",), Aggregation.COUNT_DISTINCT: ()}[agg]
+
+
+def _fold(name: str) -> Column:
+    """How a level-1 column folds by partition: min, max, or sum (counts, sums, null counts)."""
+    fn = F.max if name.endswith("_max") else F.min if name.endswith("_min") else F.sum
+    return fn(name).alias(name)
+
+
+def _codes(lay: _Layout, i: int) -> list[str]:
+    """Projected-column codes of metric ``i``: per side (``0`` source, ``1`` shadow, ``2`` target),
+    or ``s`` for one column shared by shadow and target rows (same input type on both). A side
+    where the expression does not resolve has no code (its value stays empty)."""
+    if lay.shared(i):
+        return [str(SOURCE)] * (lay.metric_type(i, SOURCE) is not None) + ["s"]
+    return [str(s) for s in (SOURCE, SHADOW, TARGET) if lay.metric_type(i, s) is not None]
+
+
+def _code_sides(code: str) -> tuple[int, ...]:
+    return (SHADOW, TARGET) if code == "s" else (int(code),)
+
+
+def _bits(spec: ReconcileSpec, lay: _Layout) -> list[tuple[str, int, str]]:
+    """One-bit inputs, packed 62 to a long: (``null``, not-null column, ``1``) and
+    (``count``, metric, code) -- a count needs only whether its input is null."""
+    bits = [("null", j, "1") for j in range(len(spec.not_null))]
+    for i, m in enumerate(spec.metrics):
+        if m.aggregation is Aggregation.COUNT:
+            bits += [("count", i, code) for code in _codes(lay, i)]
+    return bits
+
+
+def _metric_inputs(spec: ReconcileSpec, lay: _Layout, side: int) -> list[Column]:
+    """The side's metric values (one column per metric feeds its sum, count, min or max) and
+    its bit flags."""
+    cols: list[Column] = []
+    for i, m in enumerate(spec.metrics):
+        if m.aggregation in (Aggregation.COUNT, Aggregation.COUNT_DISTINCT):
+            continue
+        code = next((c for c in _codes(lay, i) if side in _code_sides(c)), None)
+        if code is None:
+            continue
+        value = F.expr(m.source_expr if side == SOURCE else m.shadow_expr)
+        scale = lay.decimal_scale(i, side)
+        if scale is not None and "sum" in _metric_parts(m.aggregation):
+            value = (value * F.lit(10 ** scale)).cast("long")  # exact: at most 18 digits
+        cols.append(value.alias(f"__sg_v{i}_{code}"))
+    flags = []
+    for pos, (kind, idx, code) in enumerate(_bits(spec, lay)):
+        if side not in _code_sides(code):
+            continue
+        if kind == "null":
+            is_set = F.col(spec.not_null[idx]).isNull()
+        else:
+            m = spec.metrics[idx]
+            is_set = F.expr(m.source_expr if side == SOURCE else m.shadow_expr).isNotNull()
+        flags.append((pos, is_set))
+    for block in range(0, len(_bits(spec, lay)), 62):
+        terms = [F.when(is_set, F.lit(1 << (pos - block))).otherwise(F.lit(0))
+                 for pos, is_set in flags if block <= pos < block + 62]
+        if terms:
+            cols.append(functools.reduce(operator.add, terms).cast("long").alias(f"__sg_b{block // 62}"))
+    return cols
+
+
+def _project(spec: ReconcileSpec, lay: _Layout, df: DataFrame, side: int) -> DataFrame:
+    """The one projection of a side: only what the aggregation needs."""
+    keyed = side != SOURCE or lay.source_keyed
+    cols: list[Column] = [F.col(lay.p).alias(lay.p)]
+    for k, kt in zip(lay.keys, lay.key_types, strict=True):
+        cols.append(F.col(k).alias(k) if keyed else F.lit(None).cast(kt).alias(k))
+    if lay.tagged:
+        cols.append(F.lit(_TAG_KEY if side != SOURCE else _TAG_SOURCE).cast("byte").alias(_TAG))
+    cols.append(F.lit(_TARGET_ONE if side == TARGET else 1).cast("long").alias(_N))
+    rtrim = spec.ignore_trailing_spaces
+    if side != SOURCE and lay.has_target:
+        if lay.exact:
+            cols.append(row_hash(df, lay.exact, rtrim).alias(_H))
+            cols += _packed_hashes(df, lay.exact, rtrim)
+        cols += [F.col(c).cast("double").alias(f"__sg_f{j}") for j, c in enumerate(lay.floats)]
+    cols += _metric_inputs(spec, lay, side)
+    mine = [e for e in lay.expansions if e[3] == side]
+    extra: list[Column] = []
+    for tag, kind, what, _ in mine:
+        if kind == "alt_dup":
+            extra += [F.col(c).alias(f"__sg_a{tag}_{j}") for j, c in enumerate(what)]
+        else:
+            m = spec.metrics[what]
+            extra.append(F.expr(m.source_expr if side == SOURCE else m.shadow_expr).alias(f"__sg_x{tag}"))
+    projected = df.select(*cols, *extra)
+    return _expand(lay, projected, len(cols), mine) if mine else projected
+
+
+def _expand(lay: _Layout, projected: DataFrame, n_base: int,
+            mine: Sequence[tuple[int, str, Any, int]]) -> DataFrame:
+    """One more row per distinct-count metric (per partition and for the window) and per extra
+    duplicate-key set, generated from the same scan: the side is still read once."""
+    types = {f.name: f.dataType for f in projected.schema.fields}
+    names = list(projected.columns)
+    base, extra = names[:n_base], names[n_base:]
+
+    def variant(values: Mapping[str, Column]) -> Column:
+        return F.struct(*[values.get(n, F.lit(None).cast(types[n])).alias(n) for n in names])
+
+    rows = [variant({n: F.col(n) for n in base})]
+    for tag, kind, _what, _ in mine:
+        values: dict[str, Column] = {
+            _TAG: F.lit(tag).cast("byte"), _N: F.lit(1).cast("long"),
+            lay.p: F.col(lay.p) if kind == "cd_part" else F.lit(None).cast(types[lay.p])}
+        values.update({n: F.col(n) for n in extra
+                       if n == f"__sg_x{tag}" or n.startswith(f"__sg_a{tag}_")})
+        rows.append(variant(values))
+    return projected.select(F.explode(F.array(*rows)).alias("__sg_row")).select("__sg_row.*")
+
+
+# -- level 1 and level 2 -----------------------------------------------------------------------
+
+def _group_columns(lay: _Layout) -> list[str]:
+    cols = [lay.p, *lay.keys, *([_TAG] if lay.tagged else [])]
+    for tag, kind, what, _ in lay.expansions:
+        if kind == "alt_dup":
+            cols += [f"__sg_a{tag}_{j}" for j in range(len(what))]
+        else:
+            cols.append(f"__sg_x{tag}")
+    return cols
+
+
+def _side_row(lay: _Layout, side: int) -> Column:
+    """Over projected rows: the row comes from ``side`` (a shadow row counts 1 in ``__sg_n``, a
+    target row 2**32; source rows carry their own tag)."""
+    n = F.col(_N)
+    if side == TARGET:
+        return n == _TARGET_ONE
+    if side == SOURCE:
+        return F.col(_TAG) == _TAG_SOURCE
+    return (n == 1) & (F.col(_TAG) == _TAG_KEY) if lay.tagged else n == 1
+
+
+def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[Column]:
+    """Level-1 aggregates over projected rows (only for the columns present)."""
+    aggs: list[Column] = [F.sum(_N).alias(_N)]
+    have = set(columns)
+    if _H in have:
+        aggs.append(F.bit_xor(_H).alias(_H))
+    aggs += [F.bit_xor(c).alias(c) for c in columns if c.startswith("__sg_c")]
+    for j in range(len(lay.floats)):
+        if f"__sg_f{j}" in have:
+            aggs += [F.max(F.when(_side_row(lay, s), F.col(f"__sg_f{j}"))).alias(f"__sg_f{j}_{s}")
+                     for s in (SHADOW, TARGET)]
+    for i, m in enumerate(spec.metrics):
+        for code in _codes(lay, i):
+            value = F.col(f"__sg_v{i}_{code}")
+            if f"__sg_v{i}_{code}" not in have:
+                continue
+            for s in _code_sides(code):
+                v, name = F.when(_side_row(lay, s), value), f"__sg_m{i}_{s}"
+                for part in _metric_parts(m.aggregation):
+                    if part == "count":
+                        aggs.append(F.count(v).alias(f"{name}_count"))
+                    elif part == "sum" and lay.decimal_scale(i, s) is not None:
+                        aggs += [F.sum(F.shiftright(v, 32)).alias(f"{name}_sum_dhi"),
+                                 F.sum(v.bitwiseAND(F.lit(_LOW32))).alias(f"{name}_sum_dlo")]
+                    else:
+                        fn = {"sum": F.sum, "min": F.min, "max": F.max}[part]
+                        aggs.append(fn(v).alias(f"{name}_{part}"))
+    for pos, (kind, idx, code) in enumerate(_bits(spec, lay)):
+        if f"__sg_b{pos // 62}" not in have:
+            continue
+        bit = F.shiftright(F.col(f"__sg_b{pos // 62}"), pos % 62).bitwiseAND(F.lit(1))
+        if kind == "null":
+            aggs.append(F.sum(bit).alias(f"__sg_z{idx}"))
+        else:
+            aggs += [F.sum(F.when(_side_row(lay, s), bit)).alias(f"__sg_m{idx}_{s}_count")
+                     for s in _code_sides(code)]
+    return aggs
 
 
 def _close(a: Column, b: Column, atol: float, rtol: float) -> Column:
-    """Null-safe float equality with tolerance; NaN equals NaN, -0.0 equals 0.0."""
+    """Null-safe float equality within ``atol + rtol * |b|``; NaN equals NaN, -0.0 equals 0.0,
+    an infinity equals only itself."""
     both_nan = F.isnan(a) & F.isnan(b)
-    within = F.abs(a - b) <= F.lit(atol) + F.lit(rtol) * F.abs(b)
-    return (a.isNull() & b.isNull()) | both_nan | (
-        a.isNotNull() & b.isNotNull() & ~F.isnan(a) & ~F.isnan(b) & within)
+    inf = F.lit(float("inf"))
+    finite = (F.abs(a) < inf) & (F.abs(b) < inf)  # false for NaN too (NaN sorts above inf)
+    within = finite & (F.abs(a - b) <= F.lit(atol) + F.lit(rtol) * F.abs(b))
+    return F.coalesce(a.eqNullSafe(b) | both_nan | within, F.lit(False))
 
+
+def _column_flags(spec: ReconcileSpec, lay: _Layout) -> dict[str, Column]:
+    """Per compared column: whether it differs, over a level-1 row whose key has one row on each
+    side (the xor of two equal hashes is zero)."""
+    flags: dict[str, Column] = {}
+    for j, c in enumerate(lay.exact):
+        packed = F.col(f"__sg_c{j // 2}")
+        half = F.shiftright(packed, 32) if j % 2 == 0 else packed.bitwiseAND(F.lit(_LOW32))
+        flags[c] = half != 0
+    for j, c in enumerate(lay.floats):
+        flags[c] = ~_close(F.col(f"__sg_f{j}_{SHADOW}"), F.col(f"__sg_f{j}_{TARGET}"),
+                           spec.float_abs_tolerance, spec.float_rel_tolerance)
+    return flags
+
+
+def _l2_aggs(spec: ReconcileSpec, lay: _Layout, l1_columns: Sequence[str]) -> list[Column]:
+    tag, n = (F.col(_TAG) if lay.tagged else F.lit(_TAG_KEY)), F.col(_N)
+    is_key, is_src = tag == _TAG_KEY, tag == _TAG_SOURCE
+    n1, n2 = n.bitwiseAND(F.lit(_LOW32)), F.shiftright(n, 32)
+    aggs: list[Column] = [
+        F.sum(F.when(is_key, n1)).alias("rows_shadow"),
+        F.sum(F.when(is_key, n2)).alias("rows_target"),
+        F.sum(F.when(is_src, n)).alias("rows_source"),
+        F.count_if(is_key & (n1 > 1)).alias("dup_shadow"),
+        F.count_if(is_src & (n > 1) if lay.source_keyed else F.lit(False)).alias("dup_source"),
+    ]
+    kinds: dict[str, Column] = {"dup_shadow": is_key & (n1 > 1)}
+    if lay.source_keyed:
+        kinds["dup_source"] = is_src & (n > 1)
+    if lay.has_target:
+        both = is_key & (n1 == 1) & (n2 == 1)
+        flags = _column_flags(spec, lay)
+        differs = functools.reduce(operator.or_, flags.values(), F.lit(False))
+        if lay.exact:
+            differs = differs | (F.col(_H) != 0)
+        kinds.update({"insert": is_key & (n1 > 0) & (n2 == 0),
+                      "delete": is_key & (n1 == 0) & (n2 > 0), "change": both & differs})
+        aggs += [F.count_if(kinds["insert"]).alias("inserted"),
+                 F.count_if(kinds["delete"]).alias("deleted"),
+                 F.count_if(kinds["change"]).alias("changed"),
+                 F.count_if(both & ~differs).alias("unchanged"),
+                 F.count_if(is_key & (n1 > 0) & (n2 > 0) & ~((n1 == 1) & (n2 == 1)))
+                 .alias("ambiguous")]
+        aggs += [F.count_if(both & flag).alias(f"chg_{j}") for j, flag in enumerate(flags.values())]
+    aggs += [_fold(c) for c in l1_columns if c.startswith(("__sg_m", "__sg_z"))]  # partials
+    for t, kind, _what, _ in lay.expansions:
+        if kind == "alt_dup":
+            aggs.append(F.count_if((tag == t) & (n > 1)).alias(f"__sg_e{t}"))
+        else:
+            aggs.append(F.count_if((tag == t) & F.col(f"__sg_x{t}").isNotNull()).alias(f"__sg_e{t}"))
+    value, bucket = _sample_value(lay)
+    aggs += [F.min(F.when(cond & (bucket == b), value)).alias(f"__sg_s_{kind}_{b}")
+             for kind, cond in kinds.items() for b in range(_BUCKETS)]
+    return aggs
+
+
+def _sample_value(lay: _Layout) -> tuple[Column, Column]:
+    """(value kept for a sampled key, its bucket): the key itself when it is one integral column
+    (so the fetch can push ``key IN (...)`` down), else a 64-bit hash of the keys."""
+    kh = F.xxhash64(*[F.col(k) for k in lay.keys])
+    value = F.col(lay.keys[0]).cast("long") if lay.integral_key else kh
+    return value, F.pmod(kh, F.lit(_BUCKETS))
+
+
+# -- the entry point ---------------------------------------------------------------------------
 
 def reconcile(spec: ReconcileSpec, *, shadow: DataFrame, target: DataFrame | None = None,
               source: DataFrame | None = None, partitions: Sequence[object] | None = None,
@@ -113,220 +496,274 @@ def reconcile(spec: ReconcileSpec, *, shadow: DataFrame, target: DataFrame | Non
     """Reconcile ``shadow`` against ``source`` (gates) and ``target`` (change preview).
 
     All three are already restricted to the slice or window by the caller. ``partitions``
-    lists the partitions expected, so empty ones still get a row.
+    lists the partitions expected, so empty ones still get a row. Gates compare the shadow with
+    the source when given, else with the target. Values compare as documented in
+    ``docs/reconciliation.md``: floats within ``float_abs_tolerance + float_rel_tolerance *
+    |before|``, NaN equal to NaN, -0.0 equal to 0.0, null equal only to null, decimals,
+    timestamps (as instants) and strings (trailing spaces included, unless
+    ``ignore_trailing_spaces``) exactly.
     """
-    p, keys = spec.partition_column, list(spec.business_keys)
-    key_cols = [p, *keys]
-    # columns compared between shadow and target: common names with identical types
-    not_compared: list[str] = []
-    compare: list[str] = []
+    spec = _with_target_not_null(spec, shadow, target)
+    lay = _layout(spec, shadow, target, source)
+    l2 = _verdict_frame(spec, lay, shadow, target, source)
+    l2_rows = [r.asDict() for r in l2.collect()]  # one row per partition (+1 for the window)
+    return _result(spec, lay, l2_rows, shadow, target, source, partitions, scope)
+
+
+def _with_target_not_null(spec: ReconcileSpec, shadow: DataFrame,
+                          target: DataFrame | None) -> ReconcileSpec:
+    """Columns NOT NULL in the target must hold no null in the shadow either (checked on values:
+    a Delta shadow written from a query has nullable columns whatever the data)."""
+    present = [c for c in spec.not_null if c in shadow.columns]  # missing: the schema gate says so
+    extra = [f.name for f in (target.schema.fields if target is not None else [])
+             if not f.nullable and f.name in shadow.columns and f.name not in present]
+    return replace(spec, not_null=(*present, *extra))
+
+
+def _verdict_frame(spec: ReconcileSpec, lay: _Layout, shadow: DataFrame, target: DataFrame | None,
+                   source: DataFrame | None) -> DataFrame:
+    """The one aggregation: level-1 groups per key folded to one row per partition."""
+    parts = [_project(spec, lay, shadow, SHADOW)]
     if target is not None:
-        ttypes = {f.name: f.dataType for f in target.schema.fields}
-        for f in shadow.schema.fields:
-            if f.name in key_cols:
-                continue
-            if f.name in ttypes and ttypes[f.name] == f.dataType:
-                compare.append(f.name)
-            else:
-                not_compared.append(f.name)
-        not_compared += [c for c in ttypes if c not in shadow.columns and c not in key_cols]
-    floats = [c for c in compare if isinstance(shadow.schema[c].dataType, _FLOATS)]
-    exact = [c for c in compare if c not in floats]
-
-    def project(df: DataFrame, side: int) -> DataFrame:
-        sel: list[Column] = [F.col(p).alias(p)]
-        keyed = side != 0 or spec.key_source
-        for k in keys:
-            sel.append(F.col(k).alias(k) if keyed else F.lit(None).cast(shadow.schema[k].dataType).alias(k))
-        sel += [F.lit(side).alias(_SIDE), F.lit(side == 0).alias(_SRC)]
-        if side != 0 and target is not None:
-            sel.append(row_hash(df, exact).alias(_HASH))
-            sel += [F.hash(_hashable(df, c), F.col(c).isNull()).alias(f"__c_{c}") for c in exact]
-            sel += [F.col(c).cast("double").alias(f"__f_{c}") for c in floats]
-        for i, m in enumerate(spec.metrics):
-            expr = m.source_expr if side == 0 else m.shadow_expr
-            sel.append(F.expr(expr).alias(f"__m{i}_{SIDES[side]}"))
-        if side == 1:
-            sel += [F.col(c).isNull().cast("int").alias(f"__n_{c}") for c in spec.not_null]
-        return df.select(*sel)
-
-    parts = [project(shadow, 1)]
+        parts.append(_project(spec, lay, target, TARGET))
+    group = _group_columns(lay)
+    folded_source = None
     if source is not None:
-        parts.append(project(source, 0))
-    if target is not None:
-        parts.append(project(target, 2))
+        src = _project(spec, lay, source, SOURCE)
+        if lay.source_keyed or lay.expansions:
+            parts.append(src)
+        else:  # unkeyed: Spark folds the source map-side to one row per partition
+            folded_source = src.groupBy(*group).agg(*_l1_aggs(spec, lay, src.columns))
     union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
-
-    side = F.col(_SIDE)
-    l1_aggs: list[Column] = [F.sum(F.when(side == s, 1).otherwise(0)).alias(f"n{s}") for s in (0, 1, 2)]
-    if target is not None:
-        l1_aggs += [F.max(F.when(side == s, F.col(_HASH))).alias(f"h{s}") for s in (1, 2)]
-        l1_aggs += [F.max(F.when(side == s, F.col(f"__c_{c}"))).alias(f"c{s}_{c}")
-                    for c in exact for s in (1, 2)]
-        l1_aggs += [F.max(F.when(side == s, F.col(f"__f_{c}"))).alias(f"f{s}_{c}")
-                    for c in floats for s in (1, 2)]
-    present = {0: source is not None, 1: True, 2: target is not None}
-    for i, m in enumerate(spec.metrics):
-        for s in (0, 1, 2):
-            if present[s]:
-                l1_aggs += _partials(m.aggregation, F.col(f"__m{i}_{SIDES[s]}"), f"m{i}_{SIDES[s]}")
-    l1_aggs += [F.sum(f"__n_{c}").alias(f"null_{c}") for c in spec.not_null]
-    l1 = union.groupBy(p, *keys, _SRC).agg(*l1_aggs)
-    try:
-        l1 = l1.persist(StorageLevel.MEMORY_AND_DISK)
-        cached = True
-    except Exception:  # e.g. serverless compute refuses caching; recompute instead
-        cached = False
-
-    try:
-        return _verdicts(spec, l1, shadow, target, source, partitions, scope, exact, floats,
-                         not_compared, union)
-    finally:
-        if cached:
-            l1.unpersist()
+    if not lay.expansions:
+        # unique keys do not shrink in a map-side fold: shuffle the narrow rows as they are
+        union = union.repartition(lay.p, *lay.keys)
+    l1 = union.groupBy(*group).agg(*_l1_aggs(spec, lay, union.columns))
+    if folded_source is not None:
+        l1 = l1.unionByName(folded_source, allowMissingColumns=True)
+    return l1.groupBy(lay.p).agg(*_l2_aggs(spec, lay, l1.columns))
 
 
-def _verdicts(spec: ReconcileSpec, l1: DataFrame, shadow: DataFrame, target: DataFrame | None,
-              source: DataFrame | None, partitions: Sequence[object] | None, scope: str,
-              exact: list[str], floats: list[str], not_compared: list[str],
-              union: DataFrame) -> ReconcileResult:
-    p, keys = spec.partition_column, list(spec.business_keys)
-    n0, n1, n2, src = F.col("n0"), F.col("n1"), F.col("n2"), F.col(_SRC)
-    aggs: list[Column] = [
-        F.sum("n0").alias("rows_source"), F.sum("n1").alias("rows_shadow"),
-        F.sum("n2").alias("rows_target"),
-        F.sum(F.when(~src & (n1 > 1), 1).otherwise(0)).alias("dup_shadow"),
-        F.sum(F.when(src & (n0 > 1), 1).otherwise(0)).alias("dup_source"),
-    ]
-    flag_cols: dict[str, Column] = {}
-    if target is not None:
-        both = (n1 == 1) & (n2 == 1)
-        for c in exact:
-            flag_cols[c] = F.col(f"c1_{c}") != F.col(f"c2_{c}")
-        for c in floats:
-            flag_cols[c] = ~_close(F.col(f"f1_{c}"), F.col(f"f2_{c}"),
-                                   spec.float_abs_tolerance, spec.float_rel_tolerance)
-        any_float = functools.reduce(operator.or_, [flag_cols[c] for c in floats], F.lit(False))
-        changed = both & ((F.col("h1") != F.col("h2")) | any_float)
-        aggs += [
-            F.sum(F.when(~src & (n1 > 0) & (n2 == 0), 1).otherwise(0)).alias("inserted"),
-            F.sum(F.when(~src & (n1 == 0) & (n2 > 0), 1).otherwise(0)).alias("deleted"),
-            F.sum(F.when(changed, 1).otherwise(0)).alias("changed"),
-            F.sum(F.when(both & ~changed, 1).otherwise(0)).alias("unchanged"),
-            F.sum(F.when(~src & ((n1 > 1) | (n2 > 1)) & (n1 > 0) & (n2 > 0), 1).otherwise(0))
-            .alias("ambiguous"),
-        ]
-        aggs += [F.sum(F.when(both & flag, 1).otherwise(0)).alias(f"chg_{c}")
-                 for c, flag in flag_cols.items()]
-    present = {0: source is not None, 1: True, 2: target is not None}
-    for i, m in enumerate(spec.metrics):
-        for s in (0, 1, 2):
-            if present[s]:
-                aggs += _combine(m.aggregation, f"m{i}_{SIDES[s]}")
-    aggs += [F.sum(f"null_{c}").alias(f"null_{c}") for c in spec.not_null]
-    # one row per partition: bounded by the window size
-    per_part = {r[p]: r.asDict() for r in l1.groupBy(p).agg(*aggs).collect()}
+# -- from level-2 rows to the result -----------------------------------------------------------
 
-    cd_window: dict[str, Any] = {}
-    cd_part: dict[tuple[object, str], Any] = {}
-    cd_metrics = [(i, m) for i, m in enumerate(spec.metrics)
-                  if m.aggregation is Aggregation.COUNT_DISTINCT]
-    if cd_metrics:
-        # distinct counts cannot be folded from per-key partials: one extra aggregation
-        cd_aggs = [F.countDistinct(F.col(f"__m{i}_{SIDES[s]}")).alias(f"m{i}_{SIDES[s]}")
-                   for i, _ in cd_metrics for s in (0, 1, 2) if present[s]]
-        for r in union.groupBy(p).agg(*cd_aggs).collect():
-            for name, v in r.asDict().items():
-                if name != p:
-                    cd_part[(r[p], name)] = v
-        for name, v in union.agg(*cd_aggs).first().asDict().items():  # type: ignore[union-attr]
-            cd_window[name] = v
-
+def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]], shadow: DataFrame,
+            target: DataFrame | None, source: DataFrame | None,
+            partitions: Sequence[object] | None, scope: str) -> ReconcileResult:
+    window_cd: dict[int, int] = {}
+    per_part: dict[Any, dict[str, Any]] = {}
+    for r in l2_rows:
+        for t, kind, _w, _s in lay.expansions:
+            if kind == "cd_window" and r[lay.p] is None:
+                window_cd[t] = int(r.get(f"__sg_e{t}") or 0)
+            elif kind == "alt_dup":
+                window_cd[t] = window_cd.get(t, 0) + int(r.get(f"__sg_e{t}") or 0)
+        real = any(r.get(k) for k in ("rows_shadow", "rows_target", "rows_source"))
+        if r[lay.p] is not None or real:
+            per_part[r[lay.p]] = r
     wanted = list(partitions) if partitions is not None else []
-    all_parts = list(dict.fromkeys([*wanted, *sorted(per_part, key=str)]))
-    rows: list[dict[str, Any]] = []
-    for part in all_parts:
-        r = per_part.get(part, {})
-        row: dict[str, Any] = {"partition": part}
-        for k in ("rows_source", "rows_shadow", "rows_target", "dup_shadow", "dup_source"):
-            row[k] = r.get(k) or 0
-        for c in spec.not_null:
-            row[f"null_{c}"] = r.get(f"null_{c}") or 0
-        for i, m in enumerate(spec.metrics):
-            for s in (0, 1, 2):
-                name = f"m{i}_{SIDES[s]}"
-                row[name] = {"count": r.get(f"{name}_count") or 0, "sum": r.get(f"{name}_sum"),
-                             "min": r.get(f"{name}_min"), "max": r.get(f"{name}_max"),
-                             "cd": cd_part.get((part, name))}
-                if m.aggregation is Aggregation.COUNT_DISTINCT:
-                    row[f"{name}_window_cd"] = cd_window.get(name) or 0
-        rows.append(row)
-
-    extra: dict[tuple[str, ...], int] = {}
-    for cols in spec.extra_duplicate_keys:
-        extra[cols] = int(shadow.groupBy(*cols).count().filter("count > 1").count())
-
+    order = list(dict.fromkeys([*wanted, *sorted(per_part, key=str)]))
+    rows = [_gate_row(spec, lay, part, per_part.get(part, {}), window_cd) for part in order]
+    extra = {what: window_cd.get(t, 0) for t, kind, what, _ in lay.expansions if kind == "alt_dup"}
     stats, gates = build_gates(spec, rows, source is not None, extra)
-
-    preview: ChangePreview | None = None
+    samples = _pick_samples(lay, per_part, spec.sample_size)
+    fetched = _fetch(lay, samples, shadow, target, source)
+    preview = None
     if target is not None:
-        tot = {k: sum(int(per_part[x].get(k) or 0) for x in per_part)
-               for k in ("inserted", "deleted", "changed", "unchanged")}
-        by_col = {c: sum(int(per_part[x].get(f"chg_{c}") or 0) for x in per_part) for c in flag_cols}
-        sample = _change_sample(spec, l1, shadow, target, flag_cols) if (
-            tot["inserted"] or tot["deleted"] or tot["changed"]) and spec.sample_size else ()
-        preview = ChangePreview(inserted=tot["inserted"], deleted=tot["deleted"],
-                                changed=tot["changed"], unchanged=tot["unchanged"],
-                                changed_by_column=by_col, sample=sample,
-                                not_compared=tuple(not_compared))
-    dup_sample: tuple[dict[str, Any], ...] = ()
-    if any(s.duplicate_keys_shadow for s in stats):
-        dup_sample = tuple(
-            {"partition": r[p], "key": {k: r[k] for k in keys}, "rows": int(r["n1"])}
-            for r in l1.filter(~F.col(_SRC) & (F.col("n1") > 1))
-            .select(p, *keys, "n1").limit(spec.sample_size).collect())
+        names = [*lay.exact, *lay.floats]
+        chg = {c: 0 for c in names}
+        totals = dict.fromkeys(("inserted", "deleted", "changed", "unchanged", "ambiguous"), 0)
+        for r in per_part.values():
+            for k in totals:
+                totals[k] += int(r.get(k) or 0)
+            for j, c in enumerate(names):
+                chg[c] += int(r.get(f"chg_{j}") or 0)
+        preview = ChangePreview(
+            inserted=totals["inserted"], deleted=totals["deleted"], changed=totals["changed"],
+            unchanged=totals["unchanged"], ambiguous=totals["ambiguous"],
+            changed_by_column=chg, not_compared=lay.not_compared,
+            sample=_change_sample(spec, lay, samples, fetched))
+    dup_sample = _dup_sample(lay, samples, fetched)
     return ReconcileResult(scope=scope, partitions=tuple(stats), gates=tuple(gates),
                            preview=preview, duplicate_sample=dup_sample)
 
 
-def _change_sample(spec: ReconcileSpec, l1: DataFrame, shadow: DataFrame, target: DataFrame,
-                   flag_cols: dict[str, Column]) -> tuple[dict[str, Any], ...]:
-    """Before/after rows for a bounded sample of differing keys, from at most two partitions."""
-    p, keys = spec.partition_column, list(spec.business_keys)
-    n1, n2 = F.col("n1"), F.col("n2")
-    changed_any = functools.reduce(operator.or_, flag_cols.values(), F.lit(False)) | (
-        F.col("h1") != F.col("h2"))
-    kind = (F.when((n1 > 0) & (n2 == 0), "insert").when((n1 == 0) & (n2 > 0), "delete")
-            .when((n1 == 1) & (n2 == 1) & changed_any, "change"))
-    picked = (l1.filter(~F.col(_SRC)).select(p, *keys, kind.alias("kind"))
-              .filter(F.col("kind").isNotNull()).limit(spec.sample_size).collect())
-    if not picked:
-        return ()
-    parts = list(dict.fromkeys(r[p] for r in picked))[:2]
-    picked = [r for r in picked if r[p] in parts]
-    types = {f.name: f.dataType for f in shadow.schema.fields}
-    wanted = functools.reduce(operator.or_, [
-        functools.reduce(operator.and_, [F.col(k).eqNullSafe(F.lit(r[k]).cast(types[k]))
-                                         for k in [p, *keys]]) for r in picked])
-    limit = 4 * len(picked)
-    after = {tuple(r[k] for k in [p, *keys]): r.asDict()
-             for r in shadow.filter(F.col(p).isin(parts)).filter(wanted).limit(limit).collect()}
-    before = {tuple(r[k] for k in [p, *keys]): r.asDict()
-              for r in target.filter(F.col(p).isin(parts)).filter(wanted).limit(limit).collect()}
+def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any],
+              window_cd: Mapping[int, int]) -> dict[str, Any]:
+    """One partition's row in the shape :func:`build_gates` reads."""
+    row: dict[str, Any] = {"partition": part}
+    for k, src in (("rows_source", "rows_source"), ("rows_shadow", "rows_shadow"),
+                   ("rows_target", "rows_target"), ("dup_shadow", "dup_shadow"),
+                   ("dup_source", "dup_source")):
+        row[k] = int(r.get(src) or 0)
+    for j, c in enumerate(spec.not_null):
+        row[f"null_{c}"] = int(r.get(f"__sg_z{j}") or 0)
+    if lay.has_target:
+        row["changes"] = {k: int(r.get(k) or 0) for k in
+                          ("inserted", "deleted", "changed", "unchanged", "ambiguous")}
+    for i, m in enumerate(spec.metrics):
+        for s in (SOURCE, SHADOW, TARGET):
+            name = f"m{i}_{_SIDE_NAMES[s]}"
+            parts = {"count": int(r.get(f"__sg_m{i}_{s}_count") or 0),
+                     "sum": _sum_of(lay, r, i, s), "min": r.get(f"__sg_m{i}_{s}_min"),
+                     "max": r.get(f"__sg_m{i}_{s}_max"), "cd": None}
+            if m.aggregation is Aggregation.COUNT_DISTINCT:
+                for t, kind, what, side in lay.expansions:
+                    if what == i and side == s:
+                        if kind == "cd_part":
+                            parts["cd"] = int(r.get(f"__sg_e{t}") or 0)
+                        else:
+                            row[f"{name}_window_cd"] = window_cd.get(t, 0)
+            row[name] = parts
+    return row
+
+
+def _sum_of(lay: _Layout, r: Mapping[str, Any], i: int, side: int) -> Any:
+    """A metric's sum: Spark's, or rebuilt exactly from the two long sums of a decimal."""
+    name = f"__sg_m{i}_{side}_sum"
+    scale = lay.decimal_scale(i, side)
+    if scale is None:
+        return r.get(name)
+    hi, lo = r.get(f"{name}_dhi"), r.get(f"{name}_dlo")
+    if hi is None or lo is None:
+        return None
+    return Decimal(int(hi) * (1 << 32) + int(lo)).scaleb(-scale)
+
+
+# -- samples -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Sample:
+    kind: str
+    partition: Any
+    value: int  # the integral key, or the 64-bit hash of the keys
+
+
+def _pick_samples(lay: _Layout, per_part: Mapping[Any, Mapping[str, Any]],
+                  size: int) -> list[_Sample]:
+    """Up to ``size`` sampled keys from at most two partitions: those covering most kinds of
+    difference, smallest first (the fetch reads only those partitions)."""
+    if size <= 0:
+        return []
+    found: dict[Any, list[_Sample]] = {}
+    for part, r in per_part.items():
+        if part is None:
+            continue
+        for kind in _KINDS:
+            for b in range(_BUCKETS):
+                v = r.get(f"__sg_s_{kind}_{b}")
+                if v is not None:
+                    found.setdefault(part, []).append(_Sample(kind, part, int(v)))
+
+    def rank(part: Any) -> tuple[int, int]:
+        r = per_part[part]
+        return (-len({s.kind for s in found[part]}),
+                int(r.get("rows_shadow") or 0) + int(r.get("rows_target") or 0))
+
+    chosen = sorted(found, key=rank)[:2]
+    pool = [s for part in chosen for s in found[part]]
+    picked: list[_Sample] = []
+    for kind in _KINDS:  # round-robin over kinds so every kind shows
+        picked += [s for s in pool if s.kind == kind][:max(1, size // len(_KINDS))]
+    rest = [s for s in pool if s not in picked]
+    return (picked + rest)[:size]
+
+
+def _key_match(lay: _Layout, samples: Sequence[_Sample]) -> Column:
+    values = sorted({s.value for s in samples})
+    if lay.integral_key:
+        return F.col(lay.keys[0]).cast("long").isin(values)
+    return F.xxhash64(*[F.col(k) for k in lay.keys]).isin(values)
+
+
+def _fetch(lay: _Layout, samples: Sequence[_Sample], shadow: DataFrame, target: DataFrame | None,
+           source: DataFrame | None) -> dict[str, list[dict[str, Any]]]:
+    """Rows of the sampled keys, per side, in one job: a filtered read of at most two
+    partitions, capped at a few rows per key."""
+    out: dict[str, list[dict[str, Any]]] = {"shadow": [], "target": [], "source": []}
+    if not samples:
+        return out
+    parts = list(dict.fromkeys(s.partition for s in samples))
+    sides = [("shadow", shadow, [s for s in samples if s.kind != "dup_source"]),
+             ("target", target, [s for s in samples if s.kind in ("delete", "change")]),
+             ("source", source, [s for s in samples if s.kind == "dup_source"])]
+    frames = []
+    for name, df, mine in sides:
+        if df is None or not mine:
+            continue
+        picked = df.filter(F.col(lay.p).isin(parts) & _key_match(lay, mine))
+        frames.append(picked.select(
+            F.lit(name).alias("__sg_side"),
+            F.xxhash64(*[F.col(k) for k in lay.keys]).alias("__sg_kh"),
+            F.struct(*[F.col(c) for c in df.columns]).alias(f"__sg_row_{name}")))
+    union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    # limit then a one-partition exchange: one job, not the incremental scans of collect-limit
+    for r in union.limit(8 * len(samples) + 8).repartition(1).collect():
+        row = r[f"__sg_row_{r['__sg_side']}"].asDict()
+        row["__sg_kh"] = r["__sg_kh"]
+        out[r["__sg_side"]].append(row)
+    return out
+
+
+def _rows_for(lay: _Layout, rows: Sequence[Mapping[str, Any]], sample: _Sample) -> list[Mapping[str, Any]]:
+    return [r for r in rows if r[lay.p] == sample.partition and _matches(lay, r, sample)]
+
+
+def _matches(lay: _Layout, row: Mapping[str, Any], sample: _Sample) -> bool:
+    if lay.integral_key:
+        return row[lay.keys[0]] is not None and int(row[lay.keys[0]]) == sample.value
+    return row.get("__sg_kh") == sample.value
+
+
+def _change_sample(spec: ReconcileSpec, lay: _Layout, samples: Sequence[_Sample],
+                   fetched: Mapping[str, list[dict[str, Any]]]) -> tuple[dict[str, Any], ...]:
     out = []
-    for r in picked:
-        key = tuple(r[k] for k in [p, *keys])
-        b, a = before.get(key), after.get(key)
-        cols = sorted(c for c in (a or {}) if b is not None and c in b and a is not None
-                      and not _same(a[c], b[c], spec))
-        out.append({"partition": r[p], "key": {k: r[k] for k in keys}, "kind": r["kind"],
-                    "changed_columns": cols, "before": b, "after": a})
+    for s in samples:
+        if s.kind not in ("insert", "delete", "change"):
+            continue
+        after = _rows_for(lay, fetched["shadow"], s)
+        before = _rows_for(lay, fetched["target"], s)
+        a = dict(after[0]) if after else None
+        b = dict(before[0]) if before else None
+        ref = a or b or {}
+        compared = {*lay.exact, *lay.floats}
+        cols = [c for c in (a or {}) if c in compared  # in the table's column order
+                if b is not None and not same_value(a.get(c) if a else None, b.get(c), spec)]
+        out.append({"partition": s.partition, "key": {k: ref.get(k) for k in lay.keys},
+                    "kind": s.kind, "changed_columns": cols,
+                    "before": _public(b), "after": _public(a)})
     return tuple(out)
 
 
-def _same(a: Any, b: Any, spec: ReconcileSpec) -> bool:
+def _dup_sample(lay: _Layout, samples: Sequence[_Sample],
+                fetched: Mapping[str, list[dict[str, Any]]]) -> tuple[dict[str, Any], ...]:
+    out = []
+    for s in samples:
+        if s.kind not in ("dup_shadow", "dup_source"):
+            continue
+        side = "shadow" if s.kind == "dup_shadow" else "source"
+        rows = _rows_for(lay, fetched[side], s)
+        if rows:
+            out.append({"side": side, "partition": s.partition,
+                        "key": {k: rows[0].get(k) for k in lay.keys}, "rows": len(rows)})
+    return tuple(out)
+
+
+def _public(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if row is None else {k: v for k, v in row.items() if not k.startswith("__sg_")}
+
+
+def same_value(a: Any, b: Any, spec: ReconcileSpec) -> bool:
+    """Python twin of the engine's comparison of two values of one column (used for samples)."""
+    if a is None or b is None:
+        return a is None and b is None
     if isinstance(a, float) and isinstance(b, float):
-        if a != a and b != b:  # NaN
-            return True
-        return abs(a - b) <= spec.float_abs_tolerance + spec.float_rel_tolerance * abs(b)
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        if math.isinf(a) or math.isinf(b):
+            return a == b
+        return a == b or abs(a - b) <= spec.float_abs_tolerance + spec.float_rel_tolerance * abs(b)
+    if isinstance(a, str) and isinstance(b, str) and spec.ignore_trailing_spaces:
+        return a.rstrip(" ") == b.rstrip(" ")
+    if isinstance(a, Decimal) and isinstance(b, Decimal):
+        return a == b
     return bool(a == b)
