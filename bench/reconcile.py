@@ -71,7 +71,9 @@ def session(shuffle_partitions: int) -> SparkSession:
         extra={"spark.driver.memory": "6g",
                "spark.sql.shuffle.partitions": str(shuffle_partitions),
                "spark.default.parallelism": "2",
-               "spark.sql.adaptive.enabled": "true"},
+               "spark.sql.adaptive.enabled": "true",
+               # small local tables: the Delta log state needs no 50-way split (both sides pay it)
+               "spark.databricks.delta.snapshotPartitions": "4"},
     ).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

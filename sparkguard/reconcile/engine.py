@@ -654,12 +654,19 @@ def _pick_samples(lay: _Layout, per_part: Mapping[Any, Mapping[str, Any]],
                 if v is not None:
                     found.setdefault(part, []).append(_Sample(kind, part, int(v)))
 
-    def rank(part: Any) -> tuple[int, int]:
+    def size_of(part: Any) -> int:
         r = per_part[part]
-        return (-len({s.kind for s in found[part]}),
-                int(r.get("rows_shadow") or 0) + int(r.get("rows_target") or 0))
+        return int(r.get("rows_shadow") or 0) + int(r.get("rows_target") or 0)
 
-    chosen = sorted(found, key=rank)[:2]
+    chosen: list[Any] = []
+    covered: set[str] = set()
+    for _ in range(2):  # greedy: each pick adds the most kinds not yet covered, smallest first
+        left = [p for p in found if p not in chosen]
+        if not left:
+            break
+        best = min(left, key=lambda p: (-len({s.kind for s in found[p]} - covered), size_of(p)))
+        chosen.append(best)
+        covered |= {s.kind for s in found[best]}
     pool = [s for part in chosen for s in found[part]]
     picked: list[_Sample] = []
     for kind in _KINDS:  # round-robin over kinds so every kind shows
