@@ -406,6 +406,20 @@ def is_conflict(exc: BaseException) -> bool:
                                    "DELTA_PROTOCOL_CHANGED"))
 
 
+def conflict_summary(exc: BaseException) -> str:
+    """One line naming the conflict: the JVM exception's class and message when ``exc`` wraps
+    one (a Py4JJavaError's own first line says nothing), else Python's."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            text = f"{java.getClass().getSimpleName()}: {java.getMessage()}"
+        except Exception:  # the JVM side may be gone
+            text = f"{type(exc).__name__}: {exc}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return (text.strip().splitlines() or [""])[0][:300]
+
+
 def with_conflict_retry(action: Callable[[], T], attempts: int = 3, delay_s: float = 2.0,
                         log: Callable[[str], None] = print,
                         before_retry: Callable[[], None] | None = None) -> T:
@@ -420,7 +434,7 @@ def with_conflict_retry(action: Callable[[], T], attempts: int = 3, delay_s: flo
         except Exception as exc:
             if not is_conflict(exc) or attempt == attempts:
                 raise
-            first = (type(exc).__name__ + ": " + str(exc)).splitlines()[0][:300]
+            first = conflict_summary(exc)
             log(f"delta conflict on attempt {attempt}/{attempts}: {first}; retrying in "
                 f"{delay_s * attempt:.1f}s")
             time.sleep(delay_s * attempt)

@@ -559,8 +559,28 @@ class _Run:
                     promoted_versions={label: found}, rollback_versions={label: st.rollback_version})
         self.notify("promoted", target=st.ref.display, version=found,
                     rollback_version=st.rollback_version)
+        if found - 1 != current:
+            self._check_gap(st, current, found - 1)
         failpoint("after_promote_ledger")
         self._verify(st)
+
+    def _check_gap(self, st: TargetState, checked: int, before_promotion: int) -> None:
+        """Commits of other writers between the checked version and the promotion commit were
+        not seen by Delta's conflict check (the promotion's transaction began after them); if
+        they changed the window, the promotion replaced their rows: undo it at once."""
+        label = st.spec.label
+        then, now = self._fingerprints(self.target_df(st, self.parts, checked),
+                                       self.target_df(st, self.parts, before_promotion))
+        if then == now:
+            return
+        self.say(f"{label}: another writer changed the window between version {checked} and the "
+                 f"promotion (window rows {then['rows']} -> {now['rows']}); undoing the promotion")
+        self.restore_target(st, "another writer changed the window before the promotion")
+        raise TargetMovedError(
+            f"{label}: another writer changed the window of {st.ref.display} just before the "
+            f"promotion (versions {checked + 1}..{before_promotion}); the promotion was undone at "
+            f"once (target back at the content of version {before_promotion}, their rows kept) "
+            "and publish stays paused. Re-run once that writer has finished")
 
     def _already_promoted(self, st: TargetState) -> bool:
         """Resume: find this run's promotion in the target history by its userMetadata."""
@@ -618,7 +638,7 @@ class _Run:
                     delta_ops.commits_since(self.spark, st.ref, current), self.run_id, label)
                 if state.promoted_version is not None:  # it landed after all
                     return current
-                first = (type(exc).__name__ + ": " + str(exc)).splitlines()[0][:300]
+                first = delta_ops.conflict_summary(exc)
                 self.say(f"{label}: delta conflict on promotion attempt {attempt}/{attempts}: "
                          f"{first}; checking the target again in "
                          f"{self.options.conflict_backoff_s * attempt:.1f}s")
