@@ -32,6 +32,15 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def base_lake(spark: object, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small demo lake (tests/lakes.py), built once per session; tests copy it, never
+    write into it (``copy_lake``)."""
+    from tests.lakes import build_base
+
+    return build_base(spark, tmp_path_factory.mktemp("base") / "lake")
+
+
 @pytest.fixture
 def lake(tmp_path: Path) -> Path:
     """A fresh folder for one test's tables."""

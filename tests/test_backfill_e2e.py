@@ -11,14 +11,10 @@ from pyspark.sql import functions as F
 
 from sparkguard.cli import main
 from sparkguard.demo import TRANSFORM_SQL, transform_orders
-from tests.lakes import WINDOW, build_base, copy_lake, set_transform, write_plan
+from tests.lakes import WINDOW, copy_lake, set_transform, write_plan
 
 pytestmark = pytest.mark.spark
 
-
-@pytest.fixture(scope="module")
-def base_lake(spark, tmp_path_factory):
-    return build_base(spark, tmp_path_factory.mktemp("base") / "lake")
 
 
 @pytest.fixture

@@ -1,0 +1,140 @@
+"""One active run per target: concurrent acquisitions, refusal with exit 2 naming the holder,
+stale takeover only with the flag after the timeout, crash resume, release vs takeover."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from delta.tables import DeltaTable
+
+from sparkguard.cli import main
+from sparkguard.errors import EXIT_USAGE, ConcurrentRunError
+from sparkguard.ledger import Ledger, run_progress
+from tests.lakes import copy_lake, write_plan
+
+pytestmark = pytest.mark.spark
+TARGET = "/lake/target/t"
+
+
+
+def _version(spark: Any, path: Path) -> int:
+    return int(DeltaTable.forPath(spark, str(path)).history(1).first()["version"])
+
+
+def test_two_concurrent_acquisitions_exactly_one_wins(spark: Any, lake: Path) -> None:
+    home = str(lake / "home")
+    Ledger(spark, home).ensure()
+    results: dict[str, str] = {}
+    barrier = threading.Barrier(2)
+
+    def take(run_id: str) -> None:
+        led = Ledger(spark, home)
+        barrier.wait()
+        try:
+            led.acquire([TARGET], run_id, f"owner-{run_id}")
+            results[run_id] = "won"
+        except ConcurrentRunError as exc:
+            results[run_id] = str(exc)
+
+    threads = [threading.Thread(target=take, args=(r,)) for r in ("run-a", "run-b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [r for r, v in results.items() if v == "won"]
+    assert len(winners) == 1, results
+    loser = next(r for r in results if r not in winners)
+    assert f"run {winners[0]}" in results[loser] and f"owner-{winners[0]}" in results[loser]
+    holder = Ledger(spark, home).lock_holder(TARGET)
+    assert holder is not None and holder.run_id == winners[0]
+
+
+def test_release_racing_a_takeover_is_a_no_op(spark: Any, lake: Path) -> None:
+    home = str(lake / "home")
+    a, b = Ledger(spark, home), Ledger(spark, home)
+    a.acquire([TARGET], "run-a", "alice")
+    b.acquire([TARGET], "run-b", "bob", takeover=True, stale_after_s=0)
+    a.release([TARGET], "run-a")  # a's release takes the generation b already used
+    holder = Ledger(spark, home).lock_holder(TARGET)
+    assert holder is not None and holder.run_id == "run-b"
+    b.release([TARGET], "run-b")
+    assert Ledger(spark, home).lock_holder(TARGET) is None
+    c = Ledger(spark, home)
+    c.acquire([TARGET], "run-c", "carol")  # free again
+    assert c.lock_holders([TARGET])[TARGET].generation == 4
+
+
+def _run(plan: Path, *extra: str) -> int:
+    return main(["run", "--plan", str(plan), "--home", str(plan.parent / "_sg"),
+                 "--evidence-dir", str(plan.parent / "evidence"), *extra])
+
+
+def _one_slice(plan: dict[str, Any]) -> None:
+    plan["execution"]["slice_partitions"] = 3
+
+
+def test_second_run_refused_exit_2_naming_holder_then_stale_takeover_only_with_flag(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any) -> None:
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target = root / "target" / "orders_clean"
+    home = str(root / "_sg")
+    v0 = _version(spark, target)
+    other = "20261201T090000Z-0ther000"
+    holder = Ledger(spark, home)  # another run of another plan, alive (this process)
+    holder.acquire([str(target)], other, "carol@example.com")
+    holder.record_run(other, "started", fingerprint="a" * 64, plan_name="other")
+    capsys.readouterr()
+    assert _run(plan) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"locked by run {other}" in err
+    assert "owner carol@example.com" in err and "since " in err and " UTC" in err
+    # nothing written: no run recorded, no shadow, target and publish untouched
+    assert [p.run_id for p in Ledger(spark, home).latest_runs()] == [other]
+    assert not (root / "_sg" / "shadow").exists()
+    assert not (root / "_sg" / "control").exists()
+    assert _version(spark, target) == v0
+    # the flag alone is not enough before the timeout, nor the timeout without the flag
+    assert _run(plan, "--takeover-stale-lock") == EXIT_USAGE
+    assert "stale timeout" in capsys.readouterr().err
+    assert _run(plan, "--stale-lock-timeout", "0") == EXIT_USAGE
+    # both: taken over; the old run is marked abandoned
+    assert _run(plan, "--takeover-stale-lock", "--stale-lock-timeout", "0", "--dry-run") == 0
+    led = Ledger(spark, home)
+    assert run_progress(led.run_events(other)).state == "abandoned"
+    mine = next(p for p in led.latest_runs() if p.run_id != other)
+    assert mine.state == "dry_run_passed"
+    started = led.run_events(mine.run_id)[0]["details"]
+    assert started["took_over_locks_of"] == {str(target): other}
+    assert started["locks"] == {str(target): "takeover"}
+    assert led.lock_holder(str(target)) is None  # released at the end
+
+
+def test_crashed_run_of_the_same_plan_is_resumed_without_a_flag(
+        spark: Any, base_lake: Path, tmp_path: Path) -> None:
+    from sparkguard.plan import fingerprint, load_plan
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target = str(root / "target" / "orders_clean")
+    home = str(root / "_sg")
+    fp = fingerprint(load_plan(plan))
+    run_id = "20261201T090000Z-crash000"
+    led = Ledger(spark, home)
+    led.ensure()
+    # what a driver killed right after taking its lock leaves behind: a lock held by a
+    # process that no longer exists, and a started run
+    led._append("locks", [(target, 1, "acquire", run_id, "o", dt.datetime(2026, 12, 1, 9),
+                           led.host, 2 ** 22 + 4321, "dead-token")],
+                txn=(led._lock_app_id(target), 1))
+    led.record_run(run_id, "started", fingerprint=fp, plan_name="fix-orders-amounts",
+                   source_version=0, dry_run=False)
+    assert _run(plan, "--dry-run") == 0
+    events = Ledger(spark, home).run_events(run_id)
+    assert [e["state"] for e in events][:2] == ["started", "resumed"]
+    assert events[1]["details"]["locks"] == {target: "resume"}
+    assert run_progress(events).state == "dry_run_passed"

@@ -1,0 +1,120 @@
+"""Two targets in one plan: the second reads the first one's shadow through {shadow:NAME},
+promotion follows the dependency order, and a failure of the second restores the first."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sparkguard import execute
+from sparkguard.demo import transform_orders
+from sparkguard.execute import run_backfill
+from sparkguard.ledger import Ledger, run_progress
+from sparkguard.plan import load_plan
+from sparkguard.publish import is_paused
+from tests.lakes import WINDOW, copy_lake, write_plan
+
+pytestmark = pytest.mark.spark
+ENRICH_SQL = "SELECT *, amount >= 500 AS big_order FROM {shadow:orders_clean} WHERE {window}"
+
+
+def _enrich(df: DataFrame) -> DataFrame:
+    return df.withColumn("big_order", F.col("amount") >= 500)
+
+
+@pytest.fixture(scope="module")
+def base_lake(spark: Any, base_lake: Path, tmp_path_factory: Any) -> Path:
+    root = copy_lake(base_lake, tmp_path_factory.mktemp("multibase") / "lake")
+    # a second target built downstream of the first (so it carries the same defect)
+    clean = spark.read.format("delta").load(str(root / "target" / "orders_clean"))
+    _enrich(clean).write.format("delta").partitionBy("order_date").save(
+        str(root / "target" / "orders_enriched"))
+    return root
+
+
+def _two_targets(plan: dict[str, Any]) -> None:
+    first = plan["targets"][0]
+    second = dict(copy.deepcopy(first), name="orders_enriched",
+                  dataset=first["dataset"].replace("orders_clean", "orders_enriched"),
+                  transform={"sql": ENRICH_SQL}, depends_on=["orders_clean"])
+    plan["targets"] = [second, first]  # listed downstream-first: the run must reorder
+    plan["execution"]["slice_partitions"] = 3
+
+
+def _history(spark: Any, path: Path) -> list[dict[str, Any]]:
+    return [r.asDict() for r in DeltaTable.forPath(spark, str(path)).history()
+            .orderBy("version").collect()]
+
+
+def _read(spark: Any, path: Path) -> DataFrame:
+    return spark.read.format("delta").load(str(path)).orderBy("order_date", "order_id")
+
+
+def test_two_targets_promoted_in_dependency_order(spark: Any, base_lake: Path,
+                                                  tmp_path: Path) -> None:
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _two_targets)
+    a, b = root / "target" / "orders_clean", root / "target" / "orders_enriched"
+    out = run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
+                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    assert out.exit_code == 0, out.message
+    expected = transform_orders(spark, spark.read.format("delta").load(
+        str(root / "source" / "orders")), [])
+    assert_df_equality(_read(spark, a), expected.orderBy("order_date", "order_id"),
+                       ignore_nullable=True)
+    assert_df_equality(_read(spark, b), _enrich(expected).orderBy("order_date", "order_id"),
+                       ignore_nullable=True)
+    events = Ledger(spark, str(root / "_sg")).run_events(out.run_id)
+    promoted = [e["details"]["label"] for e in events if e["state"] == "promoted"]
+    assert promoted == ["orders_clean", "orders_enriched"]
+    ta = _history(spark, a)[-1]["timestamp"]
+    tb = _history(spark, b)[-1]["timestamp"]
+    assert ta <= tb
+
+
+def test_failure_of_the_second_target_restores_the_first(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _two_targets)
+    home = str(root / "_sg")
+    a, b = root / "target" / "orders_clean", root / "target" / "orders_enriched"
+    before_a, before_b = _read(spark, a), _read(spark, b)
+    va, vb = _history(spark, a)[-1]["version"], _history(spark, b)[-1]["version"]
+    real, seen = execute.failpoint, []
+
+    def tamper_second_shadow(name: str) -> None:
+        if name == "after_promote_commit":
+            seen.append(name)
+            if len(seen) == 2:  # the second target's promotion just committed
+                shadow = next((Path(home) / "shadow").glob("*/*/orders_enriched"))
+                DeltaTable.forPath(spark, str(shadow)).delete(
+                    F.col("order_date") == F.lit(WINDOW[0]))
+        real(name)
+
+    monkeypatch.setattr(execute, "failpoint", tamper_second_shadow)
+    out = run_backfill(spark, load_plan(plan), str(plan), home=home,
+                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    assert out.exit_code == 1 and "orders_enriched" in out.message
+    assert_df_equality(_read(spark, a), before_a, ignore_nullable=True)
+    assert_df_equality(_read(spark, b), before_b, ignore_nullable=True)
+    ops_a = [h["operation"] for h in _history(spark, a) if h["version"] > va]
+    ops_b = [h["operation"] for h in _history(spark, b) if h["version"] > vb]
+    assert ops_a == ["WRITE", "RESTORE"] and ops_b == ["WRITE", "RESTORE"]
+    assert "does not equal the shadow" in out.message
+    events = Ledger(spark, home).run_events(out.run_id)
+    restored = [(e["details"]["label"], e["details"]["reason"]) for e in events
+                if e["state"] == "restored"]
+    assert restored[0] == ("orders_enriched", "verification failed")  # at once
+    assert restored[1][0] == "orders_clean"  # then the one promoted before it
+    prog = run_progress(events)
+    assert prog.state == "gate_failed"
+    assert all(t.restored for t in prog.targets.values())
+    assert out.targets["orders_clean"].restored and out.targets["orders_enriched"].restored
+    assert is_paused(spark, str(a), home) and is_paused(spark, str(b), home)

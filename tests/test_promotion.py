@@ -1,0 +1,210 @@
+"""Promotion: idempotent commits (txnAppId/txnVersion), the rollback point read right before
+the commit, a target that moved (outside or inside the window), a real Delta conflict retried.
+(A verification mismatch restored at once with exit 1: tests/test_multi_target.py.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from sparkguard import delta_ops, execute
+from sparkguard.demo import transform_orders
+from sparkguard.execute import run_backfill
+from sparkguard.ledger import Ledger, run_progress
+from sparkguard.plan import load_plan
+from sparkguard.publish import is_paused
+from sparkguard.runner import RunOptions
+from sparkguard.sql import PartitionType, TableRef, window_predicate
+from tests.lakes import WINDOW, copy_lake, write_plan
+
+pytestmark = pytest.mark.spark
+OUTSIDE = WINDOW[0].replace(day=1)  # 2026-05-01: a partition outside the window
+
+
+
+def _versions(spark: Any, path: Path) -> list[dict[str, Any]]:
+    return [r.asDict() for r in DeltaTable.forPath(spark, str(path)).history()
+            .orderBy("version").collect()]
+
+
+def _read(spark: Any, path: Path) -> DataFrame:
+    return spark.read.format("delta").load(str(path)).orderBy("order_date", "order_id")
+
+
+def _rows_on(spark: Any, root: Path, day: Any, offset: int) -> DataFrame:
+    """Another writer's rows for ``day`` (new order ids), in the target's shape."""
+    src = spark.read.format("delta").load(str(root / "source" / "orders")).limit(3)
+    return transform_orders(spark, src, []).withColumn("order_date", F.lit(day)).withColumn(
+        "order_id", F.col("order_id") + offset)
+
+
+def _hook(monkeypatch: Any, at: str, action: Any, times: int = 1) -> list[str]:
+    """Run ``action`` at the named failpoint of the run (the first ``times`` times)."""
+    real, seen = execute.failpoint, []
+
+    def hook(name: str) -> None:
+        if name == at and len(seen) < times:
+            seen.append(name)
+            action()
+        real(name)
+
+    monkeypatch.setattr(execute, "failpoint", hook)
+    return seen
+
+
+def _one_slice(plan: dict[str, Any]) -> None:
+    plan["execution"]["slice_partitions"] = 3
+
+
+def _run(spark: Any, plan: Path, lines: list[str] | None = None,
+         options: RunOptions | None = None) -> execute.RunOutcome:
+    root = plan.parent
+    return run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
+                        evidence_dir=str(root / "evidence"), options=options,
+                        out=(lines.append if lines is not None else (lambda _m: None)))
+
+
+def test_repeated_commits_with_the_same_txn_are_no_ops(spark: Any, lake: Path) -> None:
+    path = lake / "t"
+    schema = T.StructType([T.StructField("k", T.IntegerType()), T.StructField("d", T.DateType()),
+                           T.StructField("v", T.StringType())])
+    spark.createDataFrame([(1, WINDOW[0], "old"), (2, WINDOW[1], "old")], schema).write.format(
+        "delta").partitionBy("d").save(str(path))
+    ref = TableRef(path=str(path))
+    pred = window_predicate("d", PartitionType.DATE, [WINDOW[0]])
+    new = spark.createDataFrame([(1, WINDOW[0], "new")], schema)
+    for _ in range(2):
+        delta_ops.promote_replace_where(new, ref, pred, '{"sparkguard": {}}', ("app-1", 1))
+    assert len(_versions(spark, path)) == 2  # create + one promotion
+    newer = spark.createDataFrame([(1, WINDOW[0], "newer")], schema)
+    for _ in range(2):
+        delta_ops.promote_merge(spark, newer, ref, ["k"], window_predicate(
+            "d", PartitionType.DATE, [WINDOW[0]], "t"), True, '{"sparkguard": {}}', ("app-2", 1))
+    assert len(_versions(spark, path)) == 3  # and one MERGE
+    assert sorted(map(tuple, spark.read.format("delta").load(str(path)).collect())) == [
+        (1, WINDOW[0], "newer"), (2, WINDOW[1], "old")]
+    # the session confs used for the MERGE are gone again
+    assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None
+
+
+def test_promotion_state_from_history() -> None:
+    def c(v: int, run: str, action: str, target: str = "t") -> dict[str, Any]:
+        return {"version": v, "userMetadata": delta_ops.user_metadata(run, "fp", action,
+                                                                      target=target)}
+
+    other = {"version": 6, "userMetadata": None}
+    st = delta_ops.promotion_state([c(5, "r", "promote"), other], "r", "t")
+    assert (st.promoted_version, st.undone, st.next_txn_version) == (5, 0, 1)
+    assert [x["version"] for x in st.foreign] == [6]
+    st = delta_ops.promotion_state([c(5, "r", "promote"), c(6, "r", "restore")], "r", "t")
+    assert (st.promoted_version, st.next_txn_version) == (None, 2)
+    assert delta_ops.promotion_state([c(5, "x", "promote"), c(6, "r", "promote", "u")], "r",
+                                     "t").promoted_version is None
+
+
+def test_target_changed_inside_window_stops_before_promotion(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target = root / "target" / "orders_clean"
+    theirs = _rows_on(spark, root, WINDOW[1], 10 ** 8)
+    _hook(monkeypatch, "before_promote",
+          lambda: theirs.write.format("delta").mode("append").save(str(target)))
+    before = _read(spark, target).collect()
+    v0 = _versions(spark, target)[-1]["version"]
+    out = _run(spark, plan)
+    assert out.exit_code == 1 and "another writer changed the window" in out.message
+    after = _read(spark, target)
+    assert after.filter(F.col("order_id") < 10 ** 8).collect() == before  # promotion undone
+    assert after.filter(F.col("order_id") >= 10 ** 8).count() == 3  # their rows kept
+    # their append landed after the rollback point, before the promotion's transaction began
+    # (outside Delta's conflict check): the run found it in the gap and restored at once
+    ops = [(h["operation"], h["userMetadata"] or "") for h in _versions(spark, target)
+           if h["version"] > v0]
+    assert [o for o, _m in ops] == ["WRITE", "WRITE", "RESTORE"]
+    assert '"promote"' in ops[1][1] and '"restore"' in ops[2][1]
+    assert is_paused(spark, str(target), str(root / "_sg"))
+    assert run_progress(Ledger(spark, str(root / "_sg")).run_events(out.run_id)).state == \
+        "gate_failed"
+
+
+def test_target_moving_outside_the_window_and_a_delta_conflict_are_retried(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """Two things happen to the target around the promotion: another writer appends outside
+    the window right after the rollback point is recorded, and a concurrent metadata change
+    (a real MetadataChangedException) lands while the promotion writes its files. The conflict
+    is logged and retried; the retry finds the window unchanged; the others' commits survive
+    and the rollback point is the version just before the promotion commit."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target = root / "target" / "orders_clean"
+    v0 = _versions(spark, target)[-1]["version"]
+    extra = _rows_on(spark, root, OUTSIDE, 10 ** 8)
+    _hook(monkeypatch, "before_promote",
+          lambda: extra.write.format("delta").mode("append").save(str(target)))
+    real_promote = delta_ops.promote_replace_where
+    calls: list[int] = []
+    started = tmp_path / "write-started"
+
+    @F.udf("boolean")
+    def slow_true(_x: Any) -> bool:  # runs in the Python worker, inside the write job
+        started.touch()
+        time.sleep(0.005)
+        return True
+
+    def promote(df: DataFrame, ref: TableRef, predicate: str, metadata: str,
+                txn: tuple[str, int]) -> None:
+        calls.append(txn[1])
+        if len(calls) > 1:
+            real_promote(df, ref, predicate, metadata, txn)
+            return
+
+        def alter() -> None:  # once the promotion is writing its files
+            deadline = time.monotonic() + 60
+            while not started.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            spark.sql(f"ALTER TABLE delta.`{target}` SET TBLPROPERTIES "
+                      "('sparkguard.test.concurrent' = 'yes')")
+
+        t = threading.Thread(target=alter)
+        t.start()
+        try:
+            real_promote(df.repartition(1).filter(slow_true(F.col("order_id"))), ref,
+                         predicate, metadata, txn)
+        finally:
+            t.join()
+
+    monkeypatch.setattr(delta_ops, "promote_replace_where", promote)
+    lines: list[str] = []
+    out = _run(spark, plan, lines, RunOptions(conflict_backoff_s=0.1))
+    assert out.exit_code == 0, out.message
+    assert len(calls) == 2  # attempt 1 hit the conflict, attempt 2 committed
+    assert any("delta conflict on promotion attempt 1/3" in ln and "Metadata" in ln
+               for ln in lines), "\n".join(lines)
+    hist = _versions(spark, target)
+    ops = [(h["version"], h["operation"]) for h in hist if h["version"] > v0]
+    assert [op for _v, op in ops] == ["WRITE", "SET TBLPROPERTIES", "WRITE"]
+    promote_version = ops[-1][0]
+    assert '"promote"' in hist[-1]["userMetadata"]
+    st = out.targets["orders_clean"]
+    assert (st.rollback_version, st.promoted_version) == (promote_version - 1, promote_version)
+    after = spark.read.format("delta").load(str(target))
+    assert after.filter(F.col("order_id") >= 10 ** 8).count() == 3  # their rows survived
+    expected = transform_orders(spark, spark.read.format("delta").load(
+        str(root / "source" / "orders")), []).unionByName(extra)
+    assert_df_equality(_read(spark, target), expected.orderBy("order_date", "order_id"),
+                       ignore_nullable=True)
+    events = Ledger(spark, str(root / "_sg")).run_events(out.run_id)
+    moved = [e["details"]["window_unchanged"] for e in events if e["state"] == "target_moved"]
+    assert moved == [True]  # attempt 2 found the append and the new metadata outside the window
+    assert [e["target_version_read"] for e in events if e["state"] == "promoting"] == [
+        v0, v0 + 2]

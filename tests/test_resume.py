@@ -1,0 +1,177 @@
+"""Resume after a failure: reconciled slices skipped, a half-written slice rewritten, and the
+promotion exactly once even after a crash between the commit and its ledger row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sparkguard import execute
+from sparkguard.demo import transform_orders
+from sparkguard.execute import run_backfill
+from sparkguard.ledger import Ledger, run_progress
+from sparkguard.plan import load_plan
+from sparkguard.publish import is_paused
+from tests.lakes import WINDOW, copy_lake, write_plan
+
+pytestmark = pytest.mark.spark
+FAIL_ON: set[str] = set()
+
+
+def flaky_transform(spark: SparkSession, source: DataFrame, partitions: list[object]) -> DataFrame:
+    """The demo transform; raises for a partition listed in FAIL_ON (a bug fixed later)."""
+    bad = FAIL_ON & {str(p) for p in partitions}
+    if bad:
+        raise RuntimeError(f"transform bug on {sorted(bad)}")
+    return transform_orders(spark, source, partitions)
+
+
+class Crash(BaseException):
+    """A driver dying at a failpoint: no except-handler of the run runs, only finally."""
+
+
+
+def _run(spark: Any, plan: Path) -> execute.RunOutcome:
+    root = plan.parent
+    return run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
+                        evidence_dir=str(root / "evidence"), out=lambda _m: None)
+
+
+def _history(spark: Any, path: Path) -> list[dict[str, Any]]:
+    rows = DeltaTable.forPath(spark, str(path)).history().orderBy("version").collect()
+    return [r.asDict() for r in rows]
+
+
+def _expected(spark: Any, root: Path) -> DataFrame:
+    src = spark.read.format("delta").load(str(root / "source" / "orders"))
+    return transform_orders(spark, src, []).orderBy("order_date", "order_id")
+
+
+def test_failure_on_slice_3_then_fix_and_rerun_skips_slices_1_and_2(
+        spark: Any, base_lake: Path, tmp_path: Path) -> None:
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, lambda p: (p["targets"][0].update(
+        transform={"callable": "tests.test_resume:flaky_transform"}),
+        p["execution"].update(max_concurrent_slices=2)))  # slices 2 and 3 side by side
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    FAIL_ON.add(str(WINDOW[2]))
+    try:
+        with pytest.raises(RuntimeError, match="transform bug"):
+            _run(spark, plan)
+    finally:
+        FAIL_ON.clear()
+    led = Ledger(spark, home)
+    (prog,) = led.latest_runs()
+    assert prog.state == "failed" and "transform bug" in (prog.error or "")
+    assert [(s["slice_id"], s["state"]) for s in led.slice_events(prog.run_id)] == [
+        (1, "reconciled"), (2, "reconciled")]
+    assert is_paused(spark, str(target), home)  # a failed run keeps publish paused
+    assert led.lock_holder(str(target)) is None  # and released its lock
+    shadow = Path(home) / "shadow"
+    shadow_path = next(shadow.glob("*/*/orders_clean"))
+    # a half-written slice 3: junk rows in its partition, no ledger row
+    junk = spark.read.format("delta").load(str(shadow_path)).limit(5).withColumn(
+        "order_date", F.lit(WINDOW[2])).withColumn("order_id", F.col("order_id") + 10 ** 9)
+    junk.write.format("delta").mode("append").save(str(shadow_path))
+    writes_before = [h for h in _history(spark, shadow_path) if h["userMetadata"]]
+
+    out = _run(spark, plan)
+    assert out.exit_code == 0, out.message
+    assert out.run_id == prog.run_id  # the same run, resumed
+    st = out.targets["orders_clean"]
+    assert sorted(st.skipped_slices) == [1, 2]
+    # only slice 3 was written again: one shadow commit, no rewrite of slices 1 and 2
+    new_writes = [h for h in _history(spark, shadow_path) if h["userMetadata"]][
+        len(writes_before):]
+    assert len(new_writes) == 1 and '"slice": 3' in new_writes[0]["userMetadata"]
+    assert_df_equality(spark.read.format("delta").load(str(target))
+                       .orderBy("order_date", "order_id"), _expected(spark, root),
+                       ignore_nullable=True)
+    events = [e["state"] for e in led.run_events(prog.run_id)]
+    assert events[:4] == ["started", "paused", "proof_passed", "failed"]
+    assert events[4:] == ["resumed", "paused", "reconciled", "promoting", "promoted", "verified",
+                          "done"]
+
+
+def _one_slice(plan: dict[str, Any]) -> None:
+    plan["execution"]["slice_partitions"] = 3
+
+
+def test_crash_after_the_promotion_commit_does_not_promote_twice(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """The driver dies after the commit, before its ledger row (the crash suite covers the
+    other failpoints through spark-submit)."""
+    where = "after_promote_commit"
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    v0 = _history(spark, target)[-1]["version"]
+    real = execute.failpoint
+
+    def crash_at(name: str) -> None:
+        if name == where:
+            raise Crash(name)
+        real(name)
+
+    monkeypatch.setattr(execute, "failpoint", crash_at)
+    with pytest.raises(Crash):
+        _run(spark, plan)
+    monkeypatch.setattr(execute, "failpoint", real)
+    led = Ledger(spark, home)
+    (crashed,) = led.latest_runs()
+    last = run_progress(led.run_events(crashed.run_id))
+    assert last.targets["orders_clean"].promoted_version is None  # the ledger never heard
+    assert last.targets["orders_clean"].rollback_version == v0
+
+    out = _run(spark, plan)
+    assert out.exit_code == 0 and out.run_id == crashed.run_id
+    promotes = [h for h in _history(spark, target) if h["version"] > v0]
+    assert [h["version"] for h in promotes] == [v0 + 1], "promoted exactly once"
+    assert '"action": "promote"' in promotes[0]["userMetadata"]
+    prog = run_progress(led.run_events(crashed.run_id))
+    assert prog.state == "done"
+    assert (prog.targets["orders_clean"].promoted_version,
+            prog.targets["orders_clean"].rollback_version) == (v0 + 1, v0)
+    assert prog.targets["orders_clean"].verified
+    assert_df_equality(spark.read.format("delta").load(str(target))
+                       .orderBy("order_date", "order_id"), _expected(spark, root),
+                       ignore_nullable=True)
+    # the resumed run reconciled against the version before its promotion: the change
+    # preview still shows the repair rather than "no change"
+    assert out.targets["orders_clean"].window is not None
+    preview = out.targets["orders_clean"].window.preview
+    assert preview is not None and preview.changed > 0
+    assert not is_paused(spark, str(target), home)
+
+
+def test_dry_run_slices_are_reused_by_the_real_run(spark: Any, base_lake: Path,
+                                                   tmp_path: Path) -> None:
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, lambda p: p["execution"].update(slice_partitions=2,
+                                                            dry_run_completed=True))
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    v0 = _history(spark, target)[-1]["version"]
+    dry = run_backfill(spark, load_plan(plan), str(plan), home=home,
+                       evidence_dir=str(root / "evidence"), out=lambda _m: None,
+                       options=execute.RunOptions(dry_run=True))
+    assert dry.exit_code == 0
+    assert _history(spark, target)[-1]["version"] == v0  # target untouched
+    assert not (Path(home) / "control").exists()  # publish state untouched by a dry run
+    led = Ledger(spark, home)
+    dry_prog = run_progress(led.run_events(dry.run_id))
+    assert dry_prog.state == "dry_run_passed" and dry_prog.dry_run
+    lines: list[str] = []
+    out = run_backfill(spark, load_plan(plan), str(plan), home=home,
+                       evidence_dir=str(root / "evidence"), out=lines.append)
+    assert out.exit_code == 0 and out.run_id != dry.run_id
+    assert sorted(out.targets["orders_clean"].skipped_slices) == [1, 2]
+    started = led.run_events(out.run_id)[0]["details"]
+    assert started["dry_run_claim"]["recorded_run_id"] == dry.run_id
+    assert any(f"dry run of this exact plan recorded in the ledger: run {dry.run_id}" in ln
+               for ln in lines)

@@ -1,0 +1,181 @@
+"""Rollback: restores and verifies, refuses when others committed after the promotion (unless
+--force) or when VACUUM removed files the recorded version needs (checked before RESTORE),
+records itself in ledger and evidence, and finishes after a crash without restoring twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from chispa import assert_df_equality
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sparkguard import delta_ops, rollback
+from sparkguard.cli import main
+from sparkguard.demo import transform_orders
+from sparkguard.ledger import Ledger, run_progress
+from sparkguard.sql import TableRef
+from tests.lakes import WINDOW, copy_lake, write_plan
+
+pytestmark = pytest.mark.spark
+
+
+class Crash(BaseException):
+    pass
+
+
+
+def _read(spark: Any, path: Path) -> DataFrame:
+    return spark.read.format("delta").load(str(path)).orderBy("order_date", "order_id")
+
+
+def _history(spark: Any, path: Path) -> list[dict[str, Any]]:
+    return [r.asDict() for r in DeltaTable.forPath(spark, str(path)).history()
+            .orderBy("version").collect()]
+
+
+def _promoted(spark: Any, base: Path, dest: Path, capsys: Any) -> tuple[Path, str, DataFrame]:
+    """A lake after a successful backfill: (root, run id, target content before it)."""
+    root = copy_lake(base, dest)
+    plan = write_plan(root, lambda p: p["execution"].update(slice_partitions=3))
+    before = _read(spark, root / "target" / "orders_clean").cache()
+    before.count()
+    assert main(["run", "--plan", str(plan), "--home", str(root / "_sg"),
+                 "--evidence-dir", str(root / "evidence")]) == 0
+    (prog,) = Ledger(spark, str(root / "_sg")).latest_runs()
+    capsys.readouterr()
+    return root, prog.run_id, before
+
+
+def _rollback(root: Path, run_id: str, *extra: str) -> int:
+    return main(["rollback", "--run-id", run_id, "--home", str(root / "_sg"), *extra])
+
+
+def test_rollback_restores_verifies_records_and_is_idempotent(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    target = root / "target" / "orders_clean"
+    events = tmp_path / "events.jsonl"
+    monkeypatch.setenv("SPARKGUARD_NOTIFY_FILE", str(events))
+    n0 = len(_history(spark, target))
+    assert _rollback(root, run_id) == 0
+    assert_df_equality(_read(spark, target), before, ignore_nullable=True)
+    last = _history(spark, target)[-1]
+    assert last["operation"] == "RESTORE" and len(_history(spark, target)) == n0 + 1
+    assert delta_ops.commit_metadata(last["userMetadata"])["action"] == "rollback"  # type: ignore[index]
+    prog = run_progress(Ledger(spark, str(root / "_sg")).run_events(run_id))
+    assert prog.state == "rolled_back"
+    ev = yaml.safe_load((root / "evidence" / f"{run_id}.yaml").read_text())
+    (rb,) = ev["sparkguard"]["rollbacks"]
+    assert rb["targets"][0]["verified"] is True
+    assert rb["targets"][0]["new_version"] == last["version"]
+    assert "Rolled back" in (root / "evidence" / f"{run_id}.md").read_text()
+    note = json.loads(events.read_text().splitlines()[-1])
+    assert note["event"] == "rolled_back" and note["recipients"] == ["finance-bi", "ops-analytics"]
+    # again: nothing to do, no new commit
+    assert _rollback(root, run_id) == 0
+    assert len(_history(spark, target)) == n0 + 1
+    assert _rollback(root, "20260101T000000Z-nope0000") == 2
+    assert "not in the ledger" in capsys.readouterr().err
+
+
+def test_rollback_refused_when_others_committed_unless_forced_and_finished_after_a_crash(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    DeltaTable.forPath(spark, str(target)).update(F.col("order_id") == 1_000_001,
+                                                  {"status": F.lit("late-fix")})
+    n = len(_history(spark, target))
+    assert _rollback(root, run_id) == 2
+    err = capsys.readouterr().err
+    other = _history(spark, target)[-1]["version"]
+    assert f"v{other} UPDATE" in err and "--force" in err and "nothing restored" in err
+    assert len(_history(spark, target)) == n  # nothing restored
+    assert run_progress(Ledger(spark, home).run_events(run_id)).state == "done"
+    # forced, and the process dies right after the RESTORE commit
+    real = rollback.failpoint
+
+    def crash(name: str) -> None:
+        if name == "after_rollback_restore":
+            raise Crash(name)
+        real(name)
+
+    monkeypatch.setattr(rollback, "failpoint", crash)
+    with pytest.raises(Crash):
+        rollback.rollback_run(spark, home, run_id, force=True, out=lambda _m: None)
+    monkeypatch.setattr(rollback, "failpoint", real)
+    assert run_progress(Ledger(spark, home).run_events(run_id)).state == "rolling_back"
+    assert len(_history(spark, target)) == n + 1
+    # the same command again finds its RESTORE and finishes without a second one
+    assert _rollback(root, run_id, "--force") == 0
+    assert len(_history(spark, target)) == n + 1
+    assert_df_equality(_read(spark, target), before, ignore_nullable=True)  # late fix undone
+    events = Ledger(spark, home).run_events(run_id)
+    assert run_progress(events).state == "rolled_back"
+    rolling = next(e for e in events if e["state"] == "rolling_back")["details"]
+    assert rolling["forced"] is True and rolling["undone_commits"] == {"orders_clean": [str(other)]}
+
+
+def test_rollback_refused_before_restore_when_vacuum_removed_needed_files(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any) -> None:
+    root, run_id, _before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    target = root / "target" / "orders_clean"
+    prog = run_progress(Ledger(spark, str(root / "_sg")).run_events(run_id))
+    point = prog.targets["orders_clean"].rollback_version
+    assert point is not None
+    ref = TableRef(path=str(target))
+    assert delta_ops.missing_files_for_version(spark, ref, point) == []
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, "false")  # this test only: let VACUUM remove everything unreferenced
+    try:
+        spark.sql(f"VACUUM delta.`{target}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.set(key, old) if old is not None else spark.conf.unset(key)
+    missing = delta_ops.missing_files_for_version(spark, ref, point)
+    assert missing and all(str(target) in m for m in missing)
+    n = len(_history(spark, target))
+    assert _rollback(root, run_id) == 2
+    err = capsys.readouterr().err
+    assert f"version {point} can no longer be restored" in err and "VACUUM" in err
+    assert len(_history(spark, target)) == n  # no RESTORE
+    assert run_progress(Ledger(spark, str(root / "_sg")).run_events(run_id)).state == "done"
+
+
+@pytest.mark.parametrize("policy", ["delete", "keep"])
+def test_merge_promotion_handles_rows_no_longer_produced(
+        spark: Any, base_lake: Path, tmp_path: Path, policy: str) -> None:
+    from sparkguard.execute import run_backfill
+    from sparkguard.plan import load_plan
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    target = root / "target" / "orders_clean"
+    src = spark.read.format("delta").load(str(root / "source" / "orders"))
+    stray = transform_orders(spark, src.filter(F.col("order_date") == F.lit(WINDOW[1])).limit(4),
+                             []).withColumn("order_id", F.col("order_id") + 10 ** 8)
+    stray.write.format("delta").mode("append").save(str(target))  # rows the source lacks
+    plan = write_plan(root, lambda p: (p["targets"][0].update(
+        merge={"when_not_matched_by_source": policy}), p["execution"].update(slice_partitions=3)),
+        promotion="merge")
+    lines: list[str] = []
+    out = run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
+                       evidence_dir=str(root / "evidence"), out=lines.append)
+    assert out.exit_code == 0, out.message
+    window = out.targets["orders_clean"].window
+    assert window is not None and window.preview is not None
+    assert window.preview.deleted == 4  # the preview shows them either way
+    kept = spark.read.format("delta").load(str(target)).filter(F.col("order_id") >= 10 ** 8)
+    assert kept.count() == (4 if policy == "keep" else 0)
+    expected = transform_orders(spark, src, [])
+    if policy == "keep":
+        expected = expected.unionByName(stray)
+    assert_df_equality(_read(spark, target), expected.orderBy("order_date", "order_id"),
+                       ignore_nullable=True)
+    preview_line = next(ln for ln in lines if "change preview" in ln)
+    assert ("kept (merge.when_not_matched_by_source: keep)" in preview_line) == (policy == "keep")
+    assert [h["operation"] for h in _history(spark, target)][-1] == "MERGE"
