@@ -30,7 +30,7 @@ demo: $(STAMP)
 	$(BIN)/spark-submit jobs/backfill.py --plan demo-lake/plan.yaml
 
 test: $(STAMP)
-	flock $(SPARK_LOCK) $(BIN)/python -m pytest -q tests
+	flock $(SPARK_LOCK) $(BIN)/python -m pytest -q --durations=25 tests
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not spark and not slow" tests
