@@ -625,9 +625,10 @@ class _Run:
             self.record("promoting", st, version_read=current, attempt=attempt,
                         rollback_versions={label: current})
             failpoint("before_promote")
-            # Commits landing between here and the promotion are fine: one that touches the
-            # window makes Delta refuse the promotion with a conflict (retried below), and the
-            # rollback point is moved to just before the promotion commit once it is known.
+            # Commits landing from here on do not stop the attempt: those inside the promotion's
+            # transaction are Delta conflicts (retried below); those before it are outside
+            # Delta's check, so stage_promote compares the window across that gap (_check_gap)
+            # and moves the rollback point to just before the promotion commit.
             try:
                 self._commit(st)
                 return current
