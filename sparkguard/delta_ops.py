@@ -76,10 +76,23 @@ def _hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
     return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
 
 
+_FIRST_COMMIT = "00000000000000000000.json"
+
+
 def delta_log_exists(spark: SparkSession, path: str) -> bool:
-    """Whether ``<path>/_delta_log`` exists: a file-system call, no Spark job."""
-    fs, hpath = _hadoop_path(spark, path.rstrip("/") + "/_delta_log")
-    return bool(fs.exists(hpath))
+    """Whether a Delta table has been committed at ``path``: file-system calls, no Spark job.
+
+    A ``_delta_log`` folder alone is not enough: a writer creating the table makes the folder
+    before its first commit lands, and a reader that trusted the folder would fail with
+    DELTA_TABLE_NOT_FOUND. The first commit file, or a checkpoint pointer once old commits have
+    been cleaned up, is what makes the table readable.
+    """
+    log = path.rstrip("/") + "/_delta_log"
+    for name in (_FIRST_COMMIT, "_last_checkpoint"):
+        fs, hpath = _hadoop_path(spark, f"{log}/{name}")
+        if fs.exists(hpath):
+            return True
+    return False
 
 
 LOG_TABLE_PROPERTIES = {"delta.checkpointInterval": "100", "delta.appendOnly": "true"}
@@ -99,22 +112,26 @@ def literal_frame(spark: SparkSession, schema: StructType, rows: Sequence[Sequen
     return spark.range(1).select(F.inline(F.array(*structs)))
 
 
-def create_log_table(spark: SparkSession, path: str, schema: StructType) -> None:
-    """Create an append-only log table (ledger, publish control) unless it exists.
+def create_log_table(spark: SparkSession, path: str, schema: StructType) -> bool:
+    """Create an append-only log table (ledger, publish control) unless it exists; whether
+    this call created it (and so knows it empty).
 
     Checkpoints every 100 commits instead of 10: a run appends a dozen small events and reads
     the table once, and each checkpoint costs several Spark jobs.
     """
     if delta_log_exists(spark, path):
-        return
+        return False
     writer = spark.createDataFrame([], schema).write.format("delta").mode("append")
     for key, value in LOG_TABLE_PROPERTIES.items():
         writer = writer.option(key, value)
     try:
         writer.save(path)
     except Exception:
-        if not delta_log_exists(spark, path):  # another run created it at the same moment
+        # Another run created it at the same moment: its first commit is what made ours fail.
+        if not delta_log_exists(spark, path):
             raise
+        return False
+    return True
 
 
 def append_rows(spark: SparkSession, path: str, schema: StructType,

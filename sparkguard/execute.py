@@ -72,6 +72,15 @@ class TargetState:
     txn_version: int = 1  # Delta txnVersion of the next promotion attempt
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def baseline_version(self) -> int | None:
+        """The version the window is known unchanged since: the lock, else reconciliation.
+
+        Since the lock, not only since reconciliation: rows written into the window before
+        reconciliation would otherwise be replaced without a word.
+        """
+        return self.start_version if self.start_version is not None else self.reconciled_version
+
 
 @dataclass
 class RunOutcome:
@@ -616,10 +625,7 @@ class _Run:
         label, attempts = st.spec.label, max(1, self.options.promote_attempts)
         for attempt in range(1, attempts + 1):
             current = delta_ops.current_version(self.spark, st.ref)
-            # since the run took its lock, not only since reconciliation: rows written into
-            # the window before reconciliation would otherwise be replaced without a word
-            since = st.start_version if st.start_version is not None else st.reconciled_version
-            if current != since:
+            if current != st.baseline_version:
                 self._target_moved(st, current)
             st.rollback_version = current
             self.record("promoting", st, version_read=current, attempt=attempt,
@@ -653,7 +659,7 @@ class _Run:
         the same as then (commits outside the window survive the promotion; rows another
         writer put in the window would be overwritten, so the run stops instead)."""
         label = st.spec.label
-        since = st.start_version if st.start_version is not None else st.reconciled_version
+        since = st.baseline_version
         assert since is not None
         moved = delta_ops.foreign_commits(
             delta_ops.commits_since(self.spark, st.ref, since), self.run_id)

@@ -443,9 +443,9 @@ class Ledger:
         """
         for name, schema in _SCHEMAS.items():
             if not self._exists(name):
-                create_log_table(self.spark, self._path(name), schema)
+                if create_log_table(self.spark, self._path(name), schema):
+                    self._empty.add(name)
                 _known_tables.add(self._path(name))
-                self._empty.add(name)
 
     def _append(self, name: str, rows: list[tuple[Any, ...]],
                 txn: tuple[str, int] | None = None, metadata: str | None = None) -> None:

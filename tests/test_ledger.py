@@ -206,3 +206,45 @@ def test_ledger_tables_round_trip_and_are_append_only(spark: Any, lake: Path) ->
     assert props is not None and props["properties"]["delta.appendOnly"] == "true"
     with pytest.raises(Exception, match=r"(?i)append"):
         DeltaTable.forPath(spark, str(lake / "home/ledger/runs")).delete("run_id = 'r1'")
+
+
+@pytest.mark.spark
+def test_a_log_folder_without_a_commit_is_not_a_table(spark: Any, lake: Path) -> None:
+    """Another run creating the ledger makes ``_delta_log`` before its first commit lands;
+    this run must create (or wait for) the table, not read a table that is not there yet."""
+    home = lake / "home"
+    for name in ("runs", "slices", "locks"):
+        (home / "ledger" / name / "_delta_log").mkdir(parents=True)
+    led = Ledger(spark, str(home))
+    assert led.load(FP).runs == {}
+    led.ensure()
+    led.record_run("r1", "started", fingerprint=FP, plan_name="p")
+    led.record_slice("r1", FP, "t", 1, ["2026-05-01"], "reconciled", 3, rows=1)
+    hist = led.load(FP)
+    assert list(hist.runs) == ["r1"] and len(hist.slices) == 1
+
+
+@pytest.mark.spark
+def test_two_ledgers_created_at_once_both_lock_and_record(spark: Any, lake: Path) -> None:
+    """Two runs starting together on a fresh home: both create the tables, exactly one holds
+    the lock, and neither fails on a half-created table."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sparkguard.errors import ConcurrentRunError
+
+    home = str(lake / "home")
+
+    def start(run_id: str) -> str:
+        led = Ledger(spark, home)
+        led.record_run(run_id, "started", fingerprint=FP, plan_name="p")
+        try:
+            led.acquire(["/t"], run_id, "o")
+        except ConcurrentRunError:
+            return "refused"
+        return "locked"
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = sorted(pool.map(start, ["r1", "r2"]))
+    assert outcomes == ["locked", "refused"]
+    hist = Ledger(spark, home).load(FP)
+    assert sorted(hist.runs) == ["r1", "r2"]
