@@ -45,7 +45,7 @@ from sparkguard.publish import PublishControl
 from sparkguard.reconcile.engine import columns_of, reconcile, row_hash, table_fingerprint
 from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target
 from sparkguard.reconcile.verdicts import GateResult, ReconcileResult
-from sparkguard.runner import RunOptions, Stage, build_stages, slices_of
+from sparkguard.runner import RunOptions, Stage, build_stages, slices_of, stage_line
 from sparkguard.sql import TableRef, window_predicate
 
 __all__ = ["RunOutcome", "TargetState", "run_backfill"]
@@ -848,7 +848,10 @@ def run_backfill(spark: SparkSession, plan: BackfillPlan, plan_path: str, *, hom
 def _run_stages(run: _Run, stages: list[Stage]) -> RunOutcome:
     evidence_path: str | None = None
     slice_stages = [s for s in stages if s.kind == "slice"]
-    for s in stages:
+    count = len(stages) + 1  # the guard stage ran before these
+    for i, s in enumerate(stages, 2):
+        if s.kind != "slice" or slice_stages:  # the first slice stage runs them all
+            run.say(stage_line(i, count, s, run.elapsed(), i - 1))
         if s.kind == "lock":
             finished = run.stage_lock(s)
             if finished is not None:

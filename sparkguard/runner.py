@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from sparkguard.guard import target_order, window_partitions
 from sparkguard.plan.model import BackfillPlan
 
-__all__ = ["RunOptions", "Stage", "build_stages", "explain", "slices_of"]
+__all__ = ["RunOptions", "Stage", "build_stages", "explain", "slices_of", "stage_line"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,14 @@ class Stage:
     target: str | None = None
     partitions: tuple[str, ...] = field(default=())
     slice_id: int | None = None
+
+
+def stage_line(index: int, count: int, stage: Stage, elapsed_s: float, done: int) -> str:
+    """The progress line printed as ``stage`` starts: its place in the run, the time so far and,
+    once a stage has finished, an estimate of what is left (the mean time of a finished stage
+    times the stages still to run, this one included; each slice counts as one stage)."""
+    left = (f", about {elapsed_s / done * (count - done):.0f}s left" if done else "")
+    return f"stage {index}/{count} {stage.kind}: {stage.detail} (elapsed {elapsed_s:.1f}s{left})"
 
 
 def slices_of(values: list[object], size: int) -> list[list[object]]:

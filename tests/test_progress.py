@@ -83,6 +83,13 @@ def test_run_labels_every_spark_job_and_prints_progress(spark: Any, lake: Path) 
     assert [(m.group(1), m.group(2), m.group(3), int(m.group(4))) for m in slices] == \
         [("2", "2", "2026-05-03", ROWS_PER_DAY)]
     assert all(re.match(r"^\[\s*\d+\.\ds\] ", ln) for ln in lines), "line without elapsed time"
+    # one line per stage as it starts, in order, with an estimate once a stage has finished
+    stages = [m for ln in lines if (m := re.search(
+        r"stage (\d+)/(\d+) (\w+): .*\(elapsed (\d+\.\d)s, about (\d+)s left\)$", ln))]
+    assert [m.group(3) for m in stages] == ["lock", "pause", "proof", "slice", "reconcile",
+                                            "promote", "evidence", "resume"]
+    assert [int(m.group(1)) for m in stages] == list(range(2, 10))
+    assert {m.group(2) for m in stages} == {"9"}
 
     # evidence of the real run: YAML with every documented field, Markdown linking the chart
     assert outcome.evidence_path is not None

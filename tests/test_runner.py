@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkguard.plan.model import PlanDocument
-from sparkguard.runner import RunOptions, build_stages, explain, slices_of
+from sparkguard.runner import RunOptions, Stage, build_stages, explain, slices_of, stage_line
 from tests.lakes import WINDOW, demo_plan
 
 
@@ -81,3 +81,11 @@ def test_explain_numbers_every_stage() -> None:
     assert len(lines) == 10
     assert lines[0].startswith(" 1. guard")
     assert "[2026-05-03]" in lines[3]  # the proof slice names its partition
+
+
+def test_stage_line_estimates_what_is_left_from_finished_stages() -> None:
+    st = Stage("promote", "one commit")
+    assert stage_line(1, 8, st, 0.0, 0) == "stage 1/8 promote: one commit (elapsed 0.0s)"
+    # 4 stages took 20 s: 5 s each, 4 stages still to run (this one included)
+    assert stage_line(5, 8, st, 20.0, 4) == \
+        "stage 5/8 promote: one commit (elapsed 20.0s, about 20s left)"
