@@ -298,6 +298,25 @@ def test_documented_comparison_rules(spark: Any) -> None:
             assert e["changed_columns"] == sorted(changed[e["key"]["k"]], key=COMPARED.index)
 
 
+def test_extra_duplicate_keys_count_across_the_window(spark: Any) -> None:
+    """A key set without the partition column is unique in the window: a key on two dates is a
+    duplicate there, but not a duplicate business key (partition + keys)."""
+    rows = [(DAYS[0], 1, 1, None, None, "a", None), (DAYS[1], 1, 2, None, None, "a", None),
+            (DAYS[0], None, 3, None, None, "a", None), (DAYS[1], None, 4, None, None, "a", None),
+            (DAYS[0], 2, 5, None, None, "a", None)]
+    shadow = spark.createDataFrame(rows, SCHEMA)
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), duplicate_check=ThresholdSpec(absolute=0.0),
+                         extra_duplicate_keys=(("k",), ("p", "k")))
+    res = reconcile(spec, shadow=shadow, target=shadow, partitions=list(DAYS[:2]))
+    gates = {g.gate: g for g in res.gates if g.partition is None}
+    assert gates["duplicate_check[k]"].measured["duplicate_keys"] == 2  # 1 and null
+    assert not gates["duplicate_check[k]"].passed
+    assert gates["duplicate_check[p,k]"].measured["duplicate_keys"] == 0
+    assert gates["duplicate_check"].measured["duplicate_keys"] == 0
+    assert [s.partition for s in res.partitions] == [str(d) for d in DAYS[:2]]  # no window row
+
+
 def plan_nodes(node: Any) -> list[Any]:
     """Every node of a JVM physical plan (inside adaptive execution too)."""
     if node.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
@@ -335,3 +354,15 @@ def test_one_scan_per_side_and_narrow_shuffle(spark: Any, lake: Any, keyed: bool
     res = engine.reconcile(spec, shadow=frames["shadow"], target=frames["target"],
                            source=frames["source"], partitions=[DAYS[0]])
     assert res.passed and res.preview is not None and res.preview.unchanged == 20
+
+    # a count_distinct metric reads its input again, and nothing else of the row
+    spec = replace(spec, metrics=(*METRICS[:2], CD))
+    lay = engine._layout(spec, frames["shadow"], frames["target"], frames["source"])
+    cd = engine._distinct_frame(spec, lay, {engine.SOURCE: frames["source"],
+                                            engine.SHADOW: frames["shadow"],
+                                            engine.TARGET: frames["target"]})
+    assert cd is not None
+    for n in plan_nodes(cd._jdf.queryExecution().executedPlan()):
+        if n.getClass().getSimpleName() == "FileSourceScanExec":
+            out = n.output()
+            assert {out.apply(i).name() for i in range(out.size())} <= {"p", "s"}

@@ -14,9 +14,12 @@ How one reconciliation runs (comparison rules: ``docs/reconciliation.md``):
 3. **Bounded samples.** Before/after rows are read back for at most ``sample_size`` keys from
    at most two partitions (the smallest with differences).
 
-When the plan has no ``count_distinct`` metric nor extra duplicate keys, rows are shuffled by
-(partition, keys) without a map-side combine, which cannot shrink unique keys anyway; otherwise
-distinct values ride along as extra rows and Spark's map-side combine is kept.
+Without extra duplicate keys, rows are shuffled by (partition, keys) without a map-side
+combine, which cannot shrink unique keys anyway; extra duplicate-key sets ride along as extra
+rows and Spark's map-side combine is kept. ``count_distinct`` metrics are the one exception to
+"one scan": their inputs are read again, narrow (partition and input only), and counted in one
+grouping-sets aggregation (per partition and for the window), which costs far less than
+carrying them through the wide aggregation.
 """
 
 from __future__ import annotations
@@ -146,7 +149,8 @@ class _Layout:
     has_target: bool
     source_keyed: bool
     integral_key: bool
-    expansions: tuple[tuple[int, str, Any, int], ...]  # (tag, kind, metric index | keys, side)
+    expansions: tuple[tuple[int, str, Any, int], ...]  # (tag, "alt_dup", keys, side)
+    distinct: tuple[tuple[int, int], ...]  # (count_distinct metric, side) with a resolved input
     metric_types: tuple[tuple[int, int, T.DataType], ...]  # (metric, side, type of its input)
 
     @property
@@ -193,12 +197,6 @@ def _layout(spec: ReconcileSpec, shadow: DataFrame, target: DataFrame | None,
     sides = [s for s, df in frames.items() if df is not None]
     expansions: list[tuple[int, str, Any, int]] = []
     tag = _TAG_SOURCE + 1
-    for i, m in enumerate(spec.metrics):
-        if m.aggregation is Aggregation.COUNT_DISTINCT:
-            for side in sides:
-                for kind in ("cd_part", "cd_window"):
-                    expansions.append((tag, kind, i, side))
-                    tag += 1
     for cols in spec.extra_duplicate_keys:
         expansions.append((tag, "alt_dup", tuple(cols), SHADOW))
         tag += 1
@@ -208,13 +206,13 @@ def _layout(spec: ReconcileSpec, shadow: DataFrame, target: DataFrame | None,
         assert df is not None
         exprs = [m.source_expr if side == SOURCE else m.shadow_expr for m in spec.metrics]
         metric_types += [(i, side, t) for i, t in enumerate(_types_of(df, exprs)) if t is not None]
-    expansions = [e for e in expansions
-                  if e[1] == "alt_dup" or any((e[2], e[3]) == (i, s) for i, s, _ in metric_types)]
+    distinct = tuple((i, s) for i, s, _ in metric_types
+                     if spec.metrics[i].aggregation is Aggregation.COUNT_DISTINCT)
     integral = len(keys) == 1 and isinstance(shadow.schema[keys[0]].dataType, _INTEGRAL)
     return _Layout(p, keys, tuple(shadow.schema[k].dataType for k in keys), tuple(exact),
                    tuple(floats), tuple(not_compared), source is not None, target is not None,
                    spec.key_source and source is not None, integral, tuple(expansions),
-                   tuple(metric_types))
+                   distinct, tuple(metric_types))
 
 
 def _types_of(df: DataFrame, exprs: Sequence[str]) -> list[T.DataType | None]:
@@ -321,20 +319,16 @@ def _project(spec: ReconcileSpec, lay: _Layout, df: DataFrame, side: int) -> Dat
     cols += _metric_inputs(spec, lay, side)
     mine = [e for e in lay.expansions if e[3] == side]
     extra: list[Column] = []
-    for tag, kind, what, _ in mine:
-        if kind == "alt_dup":
-            extra += [F.col(c).alias(f"__sg_a{tag}_{j}") for j, c in enumerate(what)]
-        else:
-            m = spec.metrics[what]
-            extra.append(F.expr(m.source_expr if side == SOURCE else m.shadow_expr).alias(f"__sg_x{tag}"))
+    for tag, _kind, what, _ in mine:
+        extra += [F.col(c).alias(f"__sg_a{tag}_{j}") for j, c in enumerate(what)]
     projected = df.select(*cols, *extra)
     return _expand(lay, projected, len(cols), mine) if mine else projected
 
 
 def _expand(lay: _Layout, projected: DataFrame, n_base: int,
             mine: Sequence[tuple[int, str, Any, int]]) -> DataFrame:
-    """One more row per distinct-count metric (per partition and for the window) and per extra
-    duplicate-key set, generated from the same scan: the side is still read once."""
+    """One more row per extra duplicate-key set, generated from the same scan: the side is
+    still read once."""
     types = {f.name: f.dataType for f in projected.schema.fields}
     names = list(projected.columns)
     base, extra = names[:n_base], names[n_base:]
@@ -343,12 +337,12 @@ def _expand(lay: _Layout, projected: DataFrame, n_base: int,
         return F.struct(*[values.get(n, F.lit(None).cast(types[n])).alias(n) for n in names])
 
     rows = [variant({n: F.col(n) for n in base})]
-    for tag, kind, _what, _ in mine:
-        values: dict[str, Column] = {
-            _TAG: F.lit(tag).cast("byte"), _N: F.lit(1).cast("long"),
-            lay.p: F.col(lay.p) if kind == "cd_part" else F.lit(None).cast(types[lay.p])}
-        values.update({n: F.col(n) for n in extra
-                       if n == f"__sg_x{tag}" or n.startswith(f"__sg_a{tag}_")})
+    for tag, _kind, _what, _ in mine:
+        # the partition is left empty: a key set outside (partition, keys) is unique across the
+        # window, so its duplicates are counted over the window, not per partition
+        values: dict[str, Column] = {_TAG: F.lit(tag).cast("byte"), _N: F.lit(1).cast("long"),
+                                     lay.p: F.lit(None).cast(types[lay.p])}
+        values.update({n: F.col(n) for n in extra if n.startswith(f"__sg_a{tag}_")})
         rows.append(variant(values))
     return projected.select(F.explode(F.array(*rows)).alias("__sg_row")).select("__sg_row.*")
 
@@ -357,11 +351,8 @@ def _expand(lay: _Layout, projected: DataFrame, n_base: int,
 
 def _group_columns(lay: _Layout) -> list[str]:
     cols = [lay.p, *lay.keys, *([_TAG] if lay.tagged else [])]
-    for tag, kind, what, _ in lay.expansions:
-        if kind == "alt_dup":
-            cols += [f"__sg_a{tag}_{j}" for j in range(len(what))]
-        else:
-            cols.append(f"__sg_x{tag}")
+    for tag, _kind, what, _ in lay.expansions:
+        cols += [f"__sg_a{tag}_{j}" for j in range(len(what))]
     return cols
 
 
@@ -469,11 +460,8 @@ def _l2_aggs(spec: ReconcileSpec, lay: _Layout, l1_columns: Sequence[str]) -> li
                  .alias("ambiguous")]
         aggs += [F.count_if(both & flag).alias(f"chg_{j}") for j, flag in enumerate(flags.values())]
     aggs += [_fold(c) for c in l1_columns if c.startswith(("__sg_m", "__sg_z"))]  # partials
-    for t, kind, _what, _ in lay.expansions:
-        if kind == "alt_dup":
-            aggs.append(F.count_if((tag == t) & (n > 1)).alias(f"__sg_e{t}"))
-        else:
-            aggs.append(F.count_if((tag == t) & F.col(f"__sg_x{t}").isNotNull()).alias(f"__sg_e{t}"))
+    for t, _kind, _what, _ in lay.expansions:
+        aggs.append(F.count_if((tag == t) & (n > 1)).alias(f"__sg_e{t}"))
     value, bucket = _sample_value(lay)
     aggs += [F.min(F.when(cond & (bucket == b), value)).alias(f"__sg_s_{kind}_{b}")
              for kind, cond in kinds.items() for b in range(_BUCKETS)]
@@ -506,8 +494,10 @@ def reconcile(spec: ReconcileSpec, *, shadow: DataFrame, target: DataFrame | Non
     spec = _with_target_not_null(spec, shadow, target)
     lay = _layout(spec, shadow, target, source)
     l2 = _verdict_frame(spec, lay, shadow, target, source)
-    l2_rows = [r.asDict() for r in l2.collect()]  # one row per partition (+1 for the window)
-    return _result(spec, lay, l2_rows, shadow, target, source, partitions, scope)
+    l2_rows = [r.asDict() for r in l2.collect()]  # one row per partition
+    cd = _distinct_frame(spec, lay, {SOURCE: source, SHADOW: shadow, TARGET: target})
+    distinct = _distinct_counts(lay, [r.asDict() for r in cd.collect()] if cd is not None else [])
+    return _result(spec, lay, l2_rows, distinct, shadow, target, source, partitions, scope)
 
 
 def _with_target_not_null(spec: ReconcileSpec, shadow: DataFrame,
@@ -544,26 +534,67 @@ def _verdict_frame(spec: ReconcileSpec, lay: _Layout, shadow: DataFrame, target:
     return l1.groupBy(lay.p).agg(*_l2_aggs(spec, lay, l1.columns))
 
 
+def _distinct_frame(spec: ReconcileSpec, lay: _Layout,
+                    frames: Mapping[int, DataFrame | None]) -> DataFrame | None:
+    """Distinct counts of the ``count_distinct`` metrics, per (side, partition) and per side for
+    the window, in one grouping-sets aggregation over a narrow read of (partition, inputs).
+
+    Kept out of the main aggregation: there every input row would need two more wide rows
+    (partition and window), which doubled the whole reconciliation's cost in the benchmark.
+    """
+    if not lay.distinct:
+        return None
+    cols = {(i, s): f"__sg_d{i}_{s}" for i, s in lay.distinct}
+    parts = []
+    for side, df in frames.items():
+        if df is None or not any(s == side for _i, s in lay.distinct):
+            continue
+        values = [(F.expr(spec.metrics[i].source_expr if side == SOURCE
+                          else spec.metrics[i].shadow_expr) if s == side
+                   else F.lit(None)).alias(name) for (i, s), name in cols.items()]
+        parts.append(df.select(F.lit(side).cast("byte").alias(_TAG), F.col(lay.p).alias(lay.p),
+                               *values))
+    union = functools.reduce(lambda a, b: a.unionByName(b), parts)
+    return union.groupingSets([[_TAG, lay.p], [_TAG]], _TAG, lay.p).agg(
+        F.grouping_id().alias("__sg_g"),
+        *[F.count_distinct(name).alias(name) for name in cols.values()])
+
+
+def _distinct_counts(lay: _Layout, rows: Sequence[Mapping[str, Any]]
+                     ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int, Any], int]]:
+    """(window count per (metric, side), partition count per (metric, side, partition))."""
+    window: dict[tuple[int, int], int] = {}
+    per_part: dict[tuple[int, int, Any], int] = {}
+    for r in rows:
+        for i, s in lay.distinct:
+            if r[_TAG] != s:
+                continue
+            n = int(r[f"__sg_d{i}_{s}"] or 0)
+            if r["__sg_g"]:
+                window[(i, s)] = n
+            else:
+                per_part[(i, s, r[lay.p])] = n
+    return window, per_part
+
+
 # -- from level-2 rows to the result -----------------------------------------------------------
 
-def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]], shadow: DataFrame,
-            target: DataFrame | None, source: DataFrame | None,
+def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]],
+            distinct: tuple[dict[tuple[int, int], int], dict[tuple[int, int, Any], int]],
+            shadow: DataFrame, target: DataFrame | None, source: DataFrame | None,
             partitions: Sequence[object] | None, scope: str) -> ReconcileResult:
-    window_cd: dict[int, int] = {}
+    alt_dups: dict[int, int] = {}
     per_part: dict[Any, dict[str, Any]] = {}
     for r in l2_rows:
-        for t, kind, _w, _s in lay.expansions:
-            if kind == "cd_window" and r[lay.p] is None:
-                window_cd[t] = int(r.get(f"__sg_e{t}") or 0)
-            elif kind == "alt_dup":
-                window_cd[t] = window_cd.get(t, 0) + int(r.get(f"__sg_e{t}") or 0)
+        for t, _kind, _w, _s in lay.expansions:
+            alt_dups[t] = alt_dups.get(t, 0) + int(r.get(f"__sg_e{t}") or 0)
         real = any(r.get(k) for k in ("rows_shadow", "rows_target", "rows_source"))
-        if r[lay.p] is not None or real:
+        if r[lay.p] is not None or real:  # else only the window's extra duplicate-key groups
             per_part[r[lay.p]] = r
     wanted = list(partitions) if partitions is not None else []
     order = list(dict.fromkeys([*wanted, *sorted(per_part, key=str)]))
-    rows = [_gate_row(spec, lay, part, per_part.get(part, {}), window_cd) for part in order]
-    extra = {what: window_cd.get(t, 0) for t, kind, what, _ in lay.expansions if kind == "alt_dup"}
+    rows = [_gate_row(spec, lay, part, per_part.get(part, {}), distinct) for part in order]
+    extra = {what: alt_dups.get(t, 0) for t, _kind, what, _ in lay.expansions}
     stats, gates = build_gates(spec, rows, source is not None, extra)
     samples = _pick_samples(lay, per_part, spec.sample_size)
     fetched = _fetch(lay, samples, shadow, target, source)
@@ -588,7 +619,8 @@ def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]], sh
 
 
 def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any],
-              window_cd: Mapping[int, int]) -> dict[str, Any]:
+              distinct: tuple[Mapping[tuple[int, int], int], Mapping[tuple[int, int, Any], int]]
+              ) -> dict[str, Any]:
     """One partition's row in the shape :func:`build_gates` reads."""
     row: dict[str, Any] = {"partition": part}
     for k, src in (("rows_source", "rows_source"), ("rows_shadow", "rows_shadow"),
@@ -606,13 +638,9 @@ def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any]
             parts = {"count": int(r.get(f"__sg_m{i}_{s}_count") or 0),
                      "sum": _sum_of(lay, r, i, s), "min": r.get(f"__sg_m{i}_{s}_min"),
                      "max": r.get(f"__sg_m{i}_{s}_max"), "cd": None}
-            if m.aggregation is Aggregation.COUNT_DISTINCT:
-                for t, kind, what, side in lay.expansions:
-                    if what == i and side == s:
-                        if kind == "cd_part":
-                            parts["cd"] = int(r.get(f"__sg_e{t}") or 0)
-                        else:
-                            row[f"{name}_window_cd"] = window_cd.get(t, 0)
+            if m.aggregation is Aggregation.COUNT_DISTINCT and (i, s) in lay.distinct:
+                parts["cd"] = distinct[1].get((i, s, part), 0)
+                row[f"{name}_window_cd"] = distinct[0].get((i, s), 0)
             row[name] = parts
     return row
 
