@@ -928,9 +928,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for p in o.problems():
             _say(f"PROBLEM {getattr(o, 'fault', getattr(o, 'name', '?'))}: {p}")
     print(render(fig))
+    ok = fig.ok()  # reads the run logs: before the work folder goes
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
-    return 0 if fig.ok() else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
