@@ -176,6 +176,6 @@ def test_merge_promotion_handles_rows_no_longer_produced(
         expected = expected.unionByName(stray)
     assert_df_equality(_read(spark, target), expected.orderBy("order_date", "order_id"),
                        ignore_nullable=True)
-    preview_line = next(ln for ln in lines if "change preview" in ln)
+    preview_line = next(ln for ln in lines if "change preview orders_clean:" in ln)
     assert ("kept (merge.when_not_matched_by_source: keep)" in preview_line) == (policy == "keep")
     assert [h["operation"] for h in _history(spark, target)][-1] == "MERGE"
