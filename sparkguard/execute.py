@@ -45,7 +45,7 @@ from sparkguard.publish import PublishControl
 from sparkguard.reconcile.engine import columns_of, reconcile, row_hash, table_fingerprint
 from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target
 from sparkguard.reconcile.verdicts import GateResult, ReconcileResult
-from sparkguard.runner import RunOptions, Stage, build_stages, slices_of, stage_line
+from sparkguard.runner import RunOptions, Stage, build_stages, slices_of, stage_line, timing
 from sparkguard.sql import TableRef, window_predicate
 
 __all__ = ["RunOutcome", "TargetState", "run_backfill"]
@@ -475,7 +475,6 @@ class _Run:
                 for stage, res in zip(todo, pool.map(one, todo), strict=True):
                     finished += 1
                     elapsed = time.monotonic() - t_start
-                    eta = elapsed / finished * (len(todo) - finished)
                     if res is None:
                         st.skipped_slices.append(stage.slice_id or 0)
                         self.say(f"{label}: slice {stage.slice_id}/{total} already reconciled; "
@@ -486,7 +485,7 @@ class _Run:
                     self.say(f"{label}: slice {stage.slice_id}/{total} {list(stage.partitions)}: "
                              f"{tot['rows_shadow']} rows, gates "
                              f"{'passed' if res.passed else 'FAILED'}; "
-                             f"elapsed {elapsed:.1f}s, about {eta:.0f}s left")
+                             f"{timing(elapsed, finished, len(todo))}")
                     if not res.passed:
                         self._gate_fail(st, res, f"slice {stage.slice_id}")
                     if finished == 1:

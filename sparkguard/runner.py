@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from sparkguard.guard import target_order, window_partitions
 from sparkguard.plan.model import BackfillPlan
 
-__all__ = ["RunOptions", "Stage", "build_stages", "explain", "slices_of", "stage_line"]
+__all__ = ["RunOptions", "Stage", "build_stages", "explain", "slices_of", "stage_line", "timing"]
 
 
 @dataclass(frozen=True)
@@ -37,12 +37,17 @@ class Stage:
     slice_id: int | None = None
 
 
+def timing(elapsed_s: float, done: int, total: int) -> str:
+    """``elapsed 20.0s, about 20s left``: the time so far and, once a step of ``total`` has
+    finished, the mean time of a finished step times the steps not finished."""
+    left = f", about {elapsed_s / done * (total - done):.0f}s left" if done else ""
+    return f"elapsed {elapsed_s:.1f}s{left}"
+
+
 def stage_line(index: int, count: int, stage: Stage, elapsed_s: float, done: int) -> str:
-    """The progress line printed as ``stage`` starts: its place in the run, the time so far and,
-    once a stage has finished, an estimate of what is left (the mean time of a finished stage
-    times the stages still to run, this one included; each slice counts as one stage)."""
-    left = (f", about {elapsed_s / done * (count - done):.0f}s left" if done else "")
-    return f"stage {index}/{count} {stage.kind}: {stage.detail} (elapsed {elapsed_s:.1f}s{left})"
+    """The progress line printed as ``stage`` starts: its place in the run and its
+    :func:`timing` (the stages still to run include this one; each slice counts as one stage)."""
+    return f"stage {index}/{count} {stage.kind}: {stage.detail} ({timing(elapsed_s, done, count)})"
 
 
 def slices_of(values: list[object], size: int) -> list[list[object]]:
