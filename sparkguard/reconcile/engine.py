@@ -149,14 +149,15 @@ class _Layout:
     has_target: bool
     source_keyed: bool
     integral_key: bool
-    expansions: tuple[tuple[int, str, Any, int], ...]  # (tag, "alt_dup", keys, side)
+    alt_dups: tuple[tuple[int, tuple[str, ...]], ...]  # (tag, columns): extra duplicate-key sets
     distinct: tuple[tuple[int, int], ...]  # (count_distinct metric, side) with a resolved input
     metric_types: tuple[tuple[int, int, T.DataType], ...]  # (metric, side, type of its input)
 
     @property
     def tagged(self) -> bool:
-        """Whether rows need a tag column: only source rows and expansion rows differ in kind."""
-        return self.has_source or bool(self.expansions)
+        """Whether rows need a tag column: only source rows and extra duplicate-key rows differ
+        in kind."""
+        return self.has_source or bool(self.alt_dups)
 
     def metric_type(self, i: int, side: int) -> T.DataType | None:
         return next((t for mi, s, t in self.metric_types if (mi, s) == (i, side)), None)
@@ -195,11 +196,8 @@ def _layout(spec: ReconcileSpec, shadow: DataFrame, target: DataFrame | None,
         not_compared += [c for c in ttypes if c not in shadow.columns and c not in (p, *keys)]
     frames = {SOURCE: source, SHADOW: shadow, TARGET: target}
     sides = [s for s, df in frames.items() if df is not None]
-    expansions: list[tuple[int, str, Any, int]] = []
-    tag = _TAG_SOURCE + 1
-    for cols in spec.extra_duplicate_keys:
-        expansions.append((tag, "alt_dup", tuple(cols), SHADOW))
-        tag += 1
+    alt_dups = tuple((tag, tuple(cols))
+                     for tag, cols in enumerate(spec.extra_duplicate_keys, _TAG_SOURCE + 1))
     metric_types: list[tuple[int, int, T.DataType]] = []
     for side in sides:
         df = frames[side]
@@ -211,7 +209,7 @@ def _layout(spec: ReconcileSpec, shadow: DataFrame, target: DataFrame | None,
     integral = len(keys) == 1 and isinstance(shadow.schema[keys[0]].dataType, _INTEGRAL)
     return _Layout(p, keys, tuple(shadow.schema[k].dataType for k in keys), tuple(exact),
                    tuple(floats), tuple(not_compared), source is not None, target is not None,
-                   spec.key_source and source is not None, integral, tuple(expansions),
+                   spec.key_source and source is not None, integral, alt_dups,
                    distinct, tuple(metric_types))
 
 
@@ -317,18 +315,16 @@ def _project(spec: ReconcileSpec, lay: _Layout, df: DataFrame, side: int) -> Dat
             cols += _packed_hashes(df, lay.exact, rtrim)
         cols += [F.col(c).cast("double").alias(f"__sg_f{j}") for j, c in enumerate(lay.floats)]
     cols += _metric_inputs(spec, lay, side)
-    mine = [e for e in lay.expansions if e[3] == side]
-    extra: list[Column] = []
-    for tag, _kind, what, _ in mine:
-        extra += [F.col(c).alias(f"__sg_a{tag}_{j}") for j, c in enumerate(what)]
-    projected = df.select(*cols, *extra)
-    return _expand(lay, projected, len(cols), mine) if mine else projected
+    if side != SHADOW or not lay.alt_dups:
+        return df.select(*cols)
+    extra = [F.col(c).alias(f"__sg_a{tag}_{j}") for tag, what in lay.alt_dups
+             for j, c in enumerate(what)]
+    return _expand(lay, df.select(*cols, *extra), len(cols))
 
 
-def _expand(lay: _Layout, projected: DataFrame, n_base: int,
-            mine: Sequence[tuple[int, str, Any, int]]) -> DataFrame:
-    """One more row per extra duplicate-key set, generated from the same scan: the side is
-    still read once."""
+def _expand(lay: _Layout, projected: DataFrame, n_base: int) -> DataFrame:
+    """One more shadow row per extra duplicate-key set, generated from the same scan: the side
+    is still read once."""
     types = {f.name: f.dataType for f in projected.schema.fields}
     names = list(projected.columns)
     base, extra = names[:n_base], names[n_base:]
@@ -337,7 +333,7 @@ def _expand(lay: _Layout, projected: DataFrame, n_base: int,
         return F.struct(*[values.get(n, F.lit(None).cast(types[n])).alias(n) for n in names])
 
     rows = [variant({n: F.col(n) for n in base})]
-    for tag, _kind, _what, _ in mine:
+    for tag, _what in lay.alt_dups:
         # the partition is left empty: a key set outside (partition, keys) is unique across the
         # window, so its duplicates are counted over the window, not per partition
         values: dict[str, Column] = {_TAG: F.lit(tag).cast("byte"), _N: F.lit(1).cast("long"),
@@ -351,7 +347,7 @@ def _expand(lay: _Layout, projected: DataFrame, n_base: int,
 
 def _group_columns(lay: _Layout) -> list[str]:
     cols = [lay.p, *lay.keys, *([_TAG] if lay.tagged else [])]
-    for tag, _kind, what, _ in lay.expansions:
+    for tag, what in lay.alt_dups:
         cols += [f"__sg_a{tag}_{j}" for j in range(len(what))]
     return cols
 
@@ -460,7 +456,7 @@ def _l2_aggs(spec: ReconcileSpec, lay: _Layout, l1_columns: Sequence[str]) -> li
                  .alias("ambiguous")]
         aggs += [F.count_if(both & flag).alias(f"chg_{j}") for j, flag in enumerate(flags.values())]
     aggs += [_fold(c) for c in l1_columns if c.startswith(("__sg_m", "__sg_z"))]  # partials
-    for t, _kind, _what, _ in lay.expansions:
+    for t, _what in lay.alt_dups:
         aggs.append(F.count_if((tag == t) & (n > 1)).alias(f"__sg_e{t}"))
     value, bucket = _sample_value(lay)
     aggs += [F.min(F.when(cond & (bucket == b), value)).alias(f"__sg_s_{kind}_{b}")
@@ -520,12 +516,12 @@ def _verdict_frame(spec: ReconcileSpec, lay: _Layout, shadow: DataFrame, target:
     folded_source = None
     if source is not None:
         src = _project(spec, lay, source, SOURCE)
-        if lay.source_keyed or lay.expansions:
+        if lay.source_keyed or lay.alt_dups:  # their columns are group columns
             parts.append(src)
         else:  # unkeyed: Spark folds the source map-side to one row per partition
             folded_source = src.groupBy(*group).agg(*_l1_aggs(spec, lay, src.columns))
     union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
-    if not lay.expansions:
+    if not lay.alt_dups:
         # unique keys do not shrink in a map-side fold: shuffle the narrow rows as they are
         union = union.repartition(lay.p, *lay.keys)
     l1 = union.groupBy(*group).agg(*_l1_aggs(spec, lay, union.columns))
@@ -586,7 +582,7 @@ def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]],
     alt_dups: dict[int, int] = {}
     per_part: dict[Any, dict[str, Any]] = {}
     for r in l2_rows:
-        for t, _kind, _w, _s in lay.expansions:
+        for t, _w in lay.alt_dups:
             alt_dups[t] = alt_dups.get(t, 0) + int(r.get(f"__sg_e{t}") or 0)
         real = any(r.get(k) for k in ("rows_shadow", "rows_target", "rows_source"))
         if r[lay.p] is not None or real:  # else only the window's extra duplicate-key groups
@@ -594,7 +590,7 @@ def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]],
     wanted = list(partitions) if partitions is not None else []
     order = list(dict.fromkeys([*wanted, *sorted(per_part, key=str)]))
     rows = [_gate_row(spec, lay, part, per_part.get(part, {}), distinct) for part in order]
-    extra = {what: alt_dups.get(t, 0) for t, _kind, what, _ in lay.expansions}
+    extra = {what: alt_dups.get(t, 0) for t, what in lay.alt_dups}
     stats, gates = build_gates(spec, rows, source is not None, extra)
     samples = _pick_samples(lay, per_part, spec.sample_size)
     fetched = _fetch(lay, samples, shadow, target, source)
