@@ -179,6 +179,17 @@ def test_spark_defaults_bring_the_pinned_delta_and_its_catalog() -> None:
     assert conf["spark.sql.session.timeZone"] == "UTC"
 
 
+def test_spark_submit_and_local_sessions_share_their_settings() -> None:
+    """``spark-submit`` (conf/spark-defaults.conf) and a session built in Python run alike."""
+    from sparkguard.session import _LOCAL_DEFAULTS
+
+    conf = _spark_defaults()
+    shared = {k: v for k, v in _LOCAL_DEFAULTS.items() if k in conf}
+    assert {k: conf[k] for k in shared} == shared
+    # Delta's default of 50 state-rebuild tasks makes every small local run ~30% slower
+    assert shared["spark.databricks.delta.snapshotPartitions"] == "4"
+
+
 def test_pyspark_and_delta_pins_pair_by_minor_version() -> None:
     pins = _pyproject_pins()
     spark, delta = pins["pyspark"].removeprefix("=="), pins["delta-spark"].removeprefix("==")
