@@ -14,7 +14,7 @@ from urllib.parse import unquote
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from sparkguard.sql import TableRef, merge_condition, restore_statement
 
@@ -121,6 +121,19 @@ def create_log_table(spark: SparkSession, path: str, schema: StructType) -> bool
     """
     if delta_log_exists(spark, path):
         return False
+    # columns nullable, as a DataFrame write makes them (the ledger checks its own fields)
+    schema = StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields])
+    builder = DeltaTable.create(spark).location(path).addColumns(schema)
+    for key, value in LOG_TABLE_PROPERTIES.items():
+        builder = builder.property(key, value)
+    try:
+        builder.execute()  # a metadata-only commit: no write job, a third of the cost
+        return True
+    except Exception:
+        if delta_log_exists(spark, path):
+            return False  # another run created it at the same moment
+    # DeltaTable.create takes a ``_delta_log`` folder without a commit (a creator that died, or
+    # one still at it) for a table; an empty append takes version 0 there
     writer = spark.createDataFrame([], schema).write.format("delta").mode("append")
     for key, value in LOG_TABLE_PROPERTIES.items():
         writer = writer.option(key, value)

@@ -204,6 +204,7 @@ def test_ledger_tables_round_trip_and_are_append_only(spark: Any, lake: Path) ->
         led.record_run("r1", "almost_done", fingerprint=FP)
     props = DeltaTable.forPath(spark, str(lake / "home/ledger/runs")).detail().first()
     assert props is not None and props["properties"]["delta.appendOnly"] == "true"
+    assert props["properties"]["delta.checkpointInterval"] == "100"
     with pytest.raises(Exception, match=r"(?i)append"):
         DeltaTable.forPath(spark, str(lake / "home/ledger/runs")).delete("run_id = 'r1'")
 
