@@ -134,11 +134,9 @@ def create_log_table(spark: SparkSession, path: str, schema: StructType) -> bool
             return False  # another run created it at the same moment
     # DeltaTable.create takes a ``_delta_log`` folder without a commit (a creator that died, or
     # one still at it) for a table; an empty append takes version 0 there
-    writer = spark.createDataFrame([], schema).write.format("delta").mode("append")
-    for key, value in LOG_TABLE_PROPERTIES.items():
-        writer = writer.option(key, value)
+    empty = spark.createDataFrame([], schema).write.format("delta").mode("append")
     try:
-        writer.save(path)
+        empty.options(**LOG_TABLE_PROPERTIES).save(path)
     except Exception:
         # Another run created it at the same moment: its first commit is what made ours fail.
         if not delta_log_exists(spark, path):
