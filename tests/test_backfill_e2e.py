@@ -40,9 +40,12 @@ def _sorted(df):
     return df.orderBy("order_date", "order_id")
 
 
-def test_happy_path_promotes_exact_recomputation_and_leaves_outside_window(spark, lake_copy):
+def test_happy_path_promotes_exact_recomputation_then_rollback_restores_prior_content(
+        spark, lake_copy):
+    """The run, then its rollback: one backfill serves both acceptance points."""
     target = _target(lake_copy)
     before = spark.read.format("delta").load(target)
+    before_rows = _sorted(before).collect()
     v_before = _version(spark, target)
     outside_before = _sorted(before.filter(~F.col("order_date").isin(WINDOW))).collect()
 
@@ -76,6 +79,12 @@ def test_happy_path_promotes_exact_recomputation_and_leaves_outside_window(spark
     gates = {g["gate"]: g for g in ev["gates"]}
     assert gates["row_count_parity"]["passed"] and gates["duplicate_check"]["passed"]
     assert gates["metric_reconciliation[gross_amount]"]["threshold"] == "<= 0.01%"
+
+    # rollback by run id restores the exact prior content, and history shows the RESTORE
+    assert main(["rollback", "--run-id", ev["run_id"], "--home", str(lake_copy / "_sg")]) == 0
+    assert _sorted(spark.read.format("delta").load(target)).collect() == before_rows
+    last = DeltaTable.forPath(spark, target).history(1).first()
+    assert last["operation"] == "RESTORE" and last["version"] == v_before + 2
 
 
 DEFECTS = {
@@ -122,21 +131,6 @@ def test_defect_refuses_promotion_target_untouched(spark, lake_copy, defect):
     from sparkguard.publish import PublishControl
 
     assert PublishControl(spark, str(lake_copy / "_sg")).is_paused(target)
-
-
-def test_rollback_restores_exact_prior_content(spark, lake_copy):
-    target = _target(lake_copy)
-    before = _sorted(spark.read.format("delta").load(target)).collect()
-    plan = write_plan(lake_copy)
-    assert _run(plan) == 0
-    import yaml
-
-    (evidence,) = (lake_copy / "evidence").glob("*.yaml")
-    run_id = yaml.safe_load(evidence.read_text())["sparkguard"]["run_id"]
-    assert main(["rollback", "--run-id", run_id, "--home", str(lake_copy / "_sg")]) == 0
-    assert _sorted(spark.read.format("delta").load(target)).collect() == before
-    last = DeltaTable.forPath(spark, target).history(1).first()
-    assert last["operation"] == "RESTORE"
 
 
 @pytest.mark.parametrize("kind", ["unapproved", "draft_seed_shape", "edited_after_approval"])
