@@ -19,7 +19,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from sparkguard.demo import transform_orders
-from tests.lakes import WINDOW, build_base, write_plan
+from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -61,10 +61,17 @@ def _spark_home(tmp: Path) -> str:
     return str(home)
 
 
-def test_backfill_on_local_cluster_with_callable_transform(spark, tmp_path) -> None:
-    root = build_base(spark, tmp_path / "lake")
+def _callable_one_slice(plan: dict) -> None:
+    """The callable transform, and the whole window as one (proof) slice: what crosses
+    processes is the same in every slice, and each slice costs cold executor JVMs seconds."""
+    plan["targets"][0]["transform"] = {"callable": CALLABLE}
+    plan["execution"]["slice_partitions"] = len(WINDOW)
+
+
+def test_backfill_on_local_cluster_with_callable_transform(spark, base_lake, tmp_path) -> None:
+    root = copy_lake(base_lake, tmp_path / "lake")
     target = str(root / "target" / "orders_clean")
-    plan = write_plan(root, lambda p: p["targets"][0].update(transform={"callable": CALLABLE}))
+    plan = write_plan(root, _callable_one_slice)
     v_before = spark.sql(f"DESCRIBE HISTORY delta.`{target}`").agg(F.max("version")).first()[0]
     env = {**os.environ, "SPARKGUARD_MASTER": MASTER, "SPARK_HOME": _spark_home(tmp_path),
            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
