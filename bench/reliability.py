@@ -385,9 +385,31 @@ def paused_after_crash(fault: str) -> bool:
     return _order("after_pause") <= _order(fault) < _order("mid_publish_resume")
 
 
+@dataclass(frozen=True)
+class Crash:
+    """One run killed at a failpoint, and what it left behind."""
+
+    fault: str
+    proc: Proc
+    after: TableCheck
+    paused: bool
+
+    def problems(self, label: str) -> list[str]:
+        out = []
+        if not self.proc.died_at(self.fault):
+            out.append(f"{label} exited {self.proc.code}, not {KILLED} at {self.fault}:\n"
+                       f"{self.proc.tail()}")
+        out += [f"after {label}: {p}" for p in self.after.problems(state_after_crash(self.fault))]
+        if self.paused != paused_after_crash(self.fault):
+            out.append(f"after {label} publish paused={self.paused}, expected "
+                       f"{paused_after_crash(self.fault)}")
+        return out
+
+
 @dataclass
 class CrashOutcome:
-    """One backfill failpoint: crash, then the same command again."""
+    """One backfill failpoint: crash, then the same command again (which may itself be killed
+    at a second failpoint, ``recovery``, before a last re-run finishes the job)."""
 
     fault: str
     crash: Proc
@@ -398,17 +420,13 @@ class CrashOutcome:
     after_rerun: TableCheck
     ledger: LedgerCheck
     seconds: float = 0.0
+    recovery: Crash | None = None  # the first re-run, killed too
 
     def problems(self) -> list[str]:
-        out = []
-        if not self.crash.died_at(self.fault):
-            out.append(f"crash run exited {self.crash.code}, not {KILLED} at {self.fault}:\n"
-                       f"{self.crash.tail()}")
-        out += [f"after crash: {p}" for p in self.after_crash.problems(
-            state_after_crash(self.fault))]
-        if self.paused_after_crash != paused_after_crash(self.fault):
-            out.append(f"after crash publish paused={self.paused_after_crash}, expected "
-                       f"{paused_after_crash(self.fault)}")
+        out = Crash(self.fault, self.crash, self.after_crash,
+                    self.paused_after_crash).problems("crash run")
+        if self.recovery is not None:
+            out += self.recovery.problems("crashed re-run")
         if self.rerun.code != 0:
             out.append(f"re-run exited {self.rerun.code}:\n{self.rerun.tail()}")
         out += [f"after re-run: {p}" for p in self.after_rerun.problems("clean")]
@@ -417,7 +435,8 @@ class CrashOutcome:
 
     @property
     def rows_lost(self) -> int:
-        return self.after_crash.rows_lost + self.after_rerun.rows_lost
+        crashed = self.recovery.after.rows_lost if self.recovery is not None else 0
+        return self.after_crash.rows_lost + crashed + self.after_rerun.rows_lost
 
 
 def _unfinished_run(spark: SparkSession, lake: Lake) -> str | None:
@@ -426,20 +445,31 @@ def _unfinished_run(spark: SparkSession, lake: Lake) -> str | None:
     return open_runs[-1] if open_runs else None
 
 
-def crash_backfill(spark: SparkSession, lake: Lake, exp: Expected, fault: str) -> CrashOutcome:
-    """Run the backfill dying at ``fault``, check the tables, re-run it, check again."""
-    assert fault in BACKFILL_FAILPOINTS, fault
-    t0 = time.monotonic()
-    crash = _backfill(lake, f"crash-{fault}", fault)
-    after_crash = check_table(spark, lake, exp)
+def _crash(spark: SparkSession, lake: Lake, exp: Expected, fault: str, tag: str) -> Crash:
     from sparkguard.publish import PublishControl
 
-    paused = PublishControl(spark, lake.home).is_paused(lake.target)
+    proc = _backfill(lake, tag, fault)
+    after = check_table(spark, lake, exp)
+    return Crash(fault, proc, after, PublishControl(spark, lake.home).is_paused(lake.target))
+
+
+def crash_backfill(spark: SparkSession, lake: Lake, exp: Expected, fault: str,
+                   recovery: str | None = None) -> CrashOutcome:
+    """Run the backfill dying at ``fault``, check the tables, re-run it, check again.
+
+    With ``recovery``, the first re-run dies at that later failpoint as well (a crash while
+    recovering from a crash), is checked the same way, and a last re-run finishes the job.
+    """
+    assert fault in BACKFILL_FAILPOINTS, fault
+    assert recovery is None or _order(recovery) > _order(fault), (fault, recovery)
+    t0 = time.monotonic()
+    first = _crash(spark, lake, exp, fault, f"crash-{fault}")
     crashed_run = _unfinished_run(spark, lake)
-    rerun = _backfill(lake, f"rerun-{fault}")
-    return CrashOutcome(fault, crash, after_crash, paused, crashed_run, rerun,
+    second = _crash(spark, lake, exp, recovery, f"crash-{recovery}") if recovery else None
+    rerun = _backfill(lake, f"rerun-{recovery or fault}")
+    return CrashOutcome(fault, first.proc, first.after, first.paused, crashed_run, rerun,
                         check_table(spark, lake, exp), check_ledger(spark, lake),
-                        time.monotonic() - t0)
+                        time.monotonic() - t0, second)
 
 
 @dataclass
@@ -519,13 +549,21 @@ class ScenarioOutcome:
         return self.after.rows_lost
 
 
-def two_runs_at_once(spark: SparkSession, lake: Lake, exp: Expected) -> ScenarioOutcome:
-    """The same plan submitted twice at the same moment: exactly one run proceeds."""
+def two_runs_at_once(spark: SparkSession, lake: Lake, exp: Expected,
+                     append_outside: bool = False, pause_s: float = 2.0) -> ScenarioOutcome:
+    """The same plan submitted twice at the same moment: exactly one run proceeds.
+
+    With ``append_outside``, another writer also appends outside the window for as long as
+    either run is alive (the appends scenario, checked the same way, in the same two runs).
+    """
     t0 = time.monotonic()
     logs = [lake.root.parent / f"{lake.root.name}-twin{i}.log" for i in (1, 2)]
     procs = [start_submit("backfill.py", ["--plan", str(lake.plan)], log)[0] for log in logs]
+    writer = _OutsideWriter()
+    if append_outside:
+        writer.append_while(spark, lake, procs, pause_s)
     codes = [p.wait(timeout=SUBMIT_TIMEOUT_S) for p in procs]
-    after, ledger = check_table(spark, lake, exp), check_ledger(spark, lake)
+    after, ledger = check_table(spark, lake, exp.plus(writer.rows)), check_ledger(spark, lake)
     found = []
     if sorted(codes) != [0, 2]:
         found.append(f"exit codes {codes}, expected one 0 and one 2")
@@ -539,10 +577,14 @@ def two_runs_at_once(spark: SparkSession, lake: Lake, exp: Expected) -> Scenario
     if len(ledger.run_states) != 1:
         found.append(f"{len(ledger.run_states)} runs in the ledger; the refused one must write "
                      f"nothing: {ledger.run_states}")
+    notes: dict[str, Any] = {"winner": winner, "refusal": refusal}
+    if append_outside:
+        notes.update(writer.notes(spark, lake))
+        found += writer.problems(notes)
     found += after.problems("clean") + ledger.problems()
-    return ScenarioOutcome("two runs of the same plan at once", codes, after, ledger,
-                           {"winner": winner, "refusal": refusal}, found, time.monotonic() - t0,
-                           2)
+    name = "two runs of the same plan at once" + (
+        ", another writer appending outside the window" if append_outside else "")
+    return ScenarioOutcome(name, codes, after, ledger, notes, found, time.monotonic() - t0, 2)
 
 
 def _wait_for_pause(lake: Lake, proc: subprocess.Popen[bytes],
@@ -614,38 +656,58 @@ def _other_writer_rows(spark: SparkSession, lake: Lake, batch: int, days: Sequen
     return spark.createDataFrame(rows, schema), Counter(rows)
 
 
+@dataclass
+class _OutsideWriter:
+    """Another writer appending a few rows outside the window, batch after batch."""
+
+    batches: int = 0
+    rows: Counter[Row] = field(default_factory=Counter)
+
+    def append_while(self, spark: SparkSession, lake: Lake,
+                     procs: Sequence[subprocess.Popen[bytes]], pause_s: float) -> None:
+        """Append one batch every ``pause_s`` seconds while any of ``procs`` runs."""
+        import datetime as dt
+
+        from sparkguard.demo import START
+
+        days = [START + dt.timedelta(days=o) for o in OUTSIDE_DAYS] + [
+            WINDOW[-1] + dt.timedelta(30)]
+        assert not set(days) & set(WINDOW)
+        while any(p.poll() is None for p in procs):
+            df, rows = _other_writer_rows(spark, lake, self.batches, days)
+            df.write.format("delta").mode("append").save(lake.target)
+            self.rows += rows
+            self.batches += 1
+            time.sleep(pause_s)
+
+    def notes(self, spark: SparkSession, lake: Lake) -> dict[str, Any]:
+        """How many appends landed before and after the promote commit (from the history)."""
+        hist = _history(spark, lake.target)
+        promote = [v for v, m in hist if m.get("action") == "promote"]
+        blind = [v for v, m in hist if not m and v > 0]
+        return {"appends": self.batches, "rows_appended": sum(self.rows.values()),
+                "appends_before_promotion": sum(1 for v in blind if promote and v < promote[0]),
+                "appends_after_promotion": sum(1 for v in blind if promote and v > promote[0])}
+
+    def problems(self, notes: dict[str, Any]) -> list[str]:
+        if notes["appends_before_promotion"] < 1:
+            return ["no append landed before the promotion; the scenario proved nothing"]
+        return []
+
+
 def appends_outside_window(spark: SparkSession, lake: Lake, exp: Expected,
                            pause_s: float = 2.0) -> ScenarioOutcome:
     """Another writer appends outside the window for as long as a real backfill runs."""
-    import datetime as dt
-
-    from sparkguard.demo import START
-
     t0 = time.monotonic()
-    days = [START + dt.timedelta(days=o) for o in OUTSIDE_DAYS] + [WINDOW[-1] + dt.timedelta(30)]
-    assert not set(days) & set(WINDOW)
     proc, _ = start_submit("backfill.py", ["--plan", str(lake.plan)],
                            lake.root.parent / f"{lake.root.name}-appends.log")
-    appended: Counter[Row] = Counter()
-    batch = 0
-    while proc.poll() is None:
-        df, rows = _other_writer_rows(spark, lake, batch, days)
-        df.write.format("delta").mode("append").save(lake.target)
-        appended += rows
-        batch += 1
-        time.sleep(pause_s)
+    writer = _OutsideWriter()
+    writer.append_while(spark, lake, [proc], pause_s)
     code = proc.wait()
-    after, ledger = check_table(spark, lake, exp.plus(appended)), check_ledger(spark, lake)
-    hist = _history(spark, lake.target)
-    promote = [v for v, m in hist if m.get("action") == "promote"]
-    blind = [v for v, m in hist if not m and v > 0]
-    notes = {"appends": batch, "rows_appended": sum(appended.values()),
-             "appends_before_promotion": sum(1 for v in blind if promote and v < promote[0]),
-             "appends_after_promotion": sum(1 for v in blind if promote and v > promote[0])}
+    after, ledger = check_table(spark, lake, exp.plus(writer.rows)), check_ledger(spark, lake)
+    notes = writer.notes(spark, lake)
     found = [] if code == 0 else [f"backfill exited {code}"]
-    if notes["appends_before_promotion"] < 1:
-        found.append("no append landed before the promotion; the scenario proved nothing")
-    found += after.problems("clean") + ledger.problems()
+    found += writer.problems(notes) + after.problems("clean") + ledger.problems()
     return ScenarioOutcome("appends outside the window during a run", [code], after, ledger,
                            notes, found, time.monotonic() - t0, 1)
 

@@ -3,7 +3,9 @@
 Every failpoint is reached by exactly one call site. The Spark scenarios run the real
 ``spark-submit jobs/backfill.py`` (and ``jobs/rollback.py``) through the harness in
 ``bench/reliability.py``, which also produces the README's Reliability figures. ``make test``
-runs a representative subset; ``SPARKGUARD_FULL_CRASH=1`` runs every failpoint.
+runs a representative subset (a backfill killed in its slices whose resuming re-run is killed
+just after its promote commit, and a rollback killed midway); ``SPARKGUARD_FULL_CRASH=1`` kills
+a fresh run at every failpoint.
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ from sparkguard.faults import FAILPOINTS, KILLED_EXIT_CODE, ROLLBACK_FAILPOINTS,
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = os.environ.get("SPARKGUARD_FULL_CRASH") == "1"
-BACKFILL_RUN = [f for f in BACKFILL_FAILPOINTS if FULL or f in SUBSET]
+# `make test`: the backfill killed at the subset's first failpoint, the re-run that resumes it
+# killed at the second, then the last re-run; SPARKGUARD_FULL_CRASH=1 kills a fresh run at each.
+BACKFILL_CASES = ([(f, None) for f in BACKFILL_FAILPOINTS] if FULL
+                  else [tuple(f for f in SUBSET if f in BACKFILL_FAILPOINTS)])
 ROLLBACK_RUN = [f for f in ROLLBACK_FAILPOINTS if FULL or f in SUBSET]
 
 
@@ -112,15 +117,23 @@ _PROMOTED: list[Lake] = []
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", BACKFILL_RUN)
-def test_backfill_killed_then_rerun_converges(spark, base, expected, tmp_path, fault) -> None:
-    out = crash_backfill(spark, new_lake(base, tmp_path / "lake"), expected, fault)
+@pytest.mark.parametrize(("fault", "recovery"), BACKFILL_CASES,
+                         ids=["-then-".join(f for f in case if f) for case in BACKFILL_CASES])
+def test_backfill_killed_then_rerun_converges(spark, base, expected, tmp_path, fault,
+                                              recovery) -> None:
+    out = crash_backfill(spark, new_lake(base, tmp_path / "lake"), expected, fault, recovery)
 
     assert out.crash.died_at(fault), out.crash.tail()
     # the moment it died: untouched before the promote commit, fully promoted after it
     assert out.after_crash.state == state_after_crash(fault)
     assert out.after_crash.duplicate_keys == 0 and out.after_crash.rows_lost == 0
     assert out.paused_after_crash is paused_after_crash(fault)
+    if recovery is not None:  # the re-run resuming the crashed run was killed as well
+        assert out.recovery is not None and out.recovery.proc.died_at(recovery), \
+            out.recovery.proc.tail() if out.recovery else "no recovery crash"
+        assert out.recovery.after.state == state_after_crash(recovery)
+        assert out.recovery.after.duplicate_keys == 0 and out.recovery.after.rows_lost == 0
+        assert out.recovery.paused is paused_after_crash(recovery)
     # the same command again finishes the job, resuming the same run
     assert out.rerun.code == 0, out.rerun.tail()
     assert out.after_rerun.state == "clean"
