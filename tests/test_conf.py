@@ -188,6 +188,9 @@ def test_spark_submit_and_local_sessions_share_their_settings() -> None:
     assert {k: conf[k] for k in shared} == shared
     # Delta's default of 50 state-rebuild tasks makes every small local run ~30% slower
     assert shared["spark.databricks.delta.snapshotPartitions"] == "4"
+    # one backfill plans ~240 distinct queries: Spark's 100 cached classes made each run
+    # compile them again
+    assert int(shared["spark.sql.codegen.cache.maxEntries"]) >= 500
 
 
 def test_pyspark_and_delta_pins_pair_by_minor_version() -> None:
