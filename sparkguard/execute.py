@@ -210,12 +210,16 @@ class _Run:
         return df.filter(self.pred(partitions))
 
     def reconcile_slice(self, st: TargetState, partitions: Sequence[object], scope: str,
-                        target_version: int | None = None) -> ReconcileResult:
+                        target_version: int | None = None, preview: bool = False
+                        ) -> ReconcileResult:
+        """Gates of the shadow against the source; the change preview against the target only
+        with ``preview`` (the full window's: a slice's would repeat part of it, at the cost of
+        reading the target and fetching samples once more per slice)."""
         spec = spec_for_target(self.plan, st.spec)
         shadow = self.shadow_df(st, partitions)
         target = self.target_df(st, partitions, target_version)
         res = reconcile(spec, shadow=shadow, target=target, source=self.source_df(partitions),
-                        partitions=list(partitions), scope=scope)
+                        partitions=list(partitions), scope=scope, preview=preview)
         schema = schema_contract_gates(columns_of(shadow), columns_of(target), st.spec.contract)
         return ReconcileResult(scope=res.scope, partitions=res.partitions,
                                gates=(*res.gates, *schema), preview=res.preview,
@@ -508,7 +512,8 @@ class _Run:
         self._reconcile_window(st, version)
 
     def _reconcile_window(self, st: TargetState, version: int | None) -> None:
-        res = self.reconcile_slice(st, self.parts, "full window", target_version=version)
+        res = self.reconcile_slice(st, self.parts, "full window", target_version=version,
+                                   preview=True)
         st.window, st.reconciled_version = res, version
         self.say(f"{st.spec.label}: full-window reconciliation over {len(self.parts)} partitions "
                  f"(target version {version}):")

@@ -476,18 +476,24 @@ def _sample_value(lay: _Layout) -> tuple[Column, Column]:
 
 def reconcile(spec: ReconcileSpec, *, shadow: DataFrame, target: DataFrame | None = None,
               source: DataFrame | None = None, partitions: Sequence[object] | None = None,
-              scope: str = "window") -> ReconcileResult:
+              scope: str = "window", preview: bool = True) -> ReconcileResult:
     """Reconcile ``shadow`` against ``source`` (gates) and ``target`` (change preview).
 
     All three are already restricted to the slice or window by the caller. ``partitions``
     lists the partitions expected, so empty ones still get a row. Gates compare the shadow with
-    the source when given, else with the target. Values compare as documented in
+    the source when given, else with the target. With ``preview=False`` the target is not
+    read: only its NOT NULL columns join the not-null contract (a slice's gates; the window
+    previews the changes). Values compare as documented in
     ``docs/reconciliation.md``: floats within ``float_abs_tolerance + float_rel_tolerance *
     |before|``, NaN equal to NaN, -0.0 equal to 0.0, null equal only to null, decimals,
     timestamps (as instants) and strings (trailing spaces included, unless
     ``ignore_trailing_spaces``) exactly.
     """
     spec = _with_target_not_null(spec, shadow, target)
+    if not preview:
+        if source is None:
+            raise ValueError("reconcile without a preview needs a source to gate against")
+        target = None
     lay = _layout(spec, shadow, target, source)
     l2 = _verdict_frame(spec, lay, shadow, target, source)
     l2_rows = [r.asDict() for r in l2.collect()]  # one row per partition
