@@ -317,6 +317,26 @@ def test_extra_duplicate_keys_count_across_the_window(spark: Any) -> None:
     assert [s.partition for s in res.partitions] == [str(d) for d in DAYS[:2]]  # no window row
 
 
+def test_slice_gates_without_preview_keep_the_target_not_null_contract(spark: Any) -> None:
+    """``preview=False`` (a slice): no change preview, but a column NOT NULL in the target is
+    still checked on the shadow's values; without a source there is nothing to gate against."""
+    strict = SCHEMA.replace("s string", "s string NOT NULL")
+    target = spark.createDataFrame([(DAYS[0], 1, 1, None, None, "a", None)], strict)
+    assert not target.schema["s"].nullable
+    shadow = spark.createDataFrame([(DAYS[0], 1, 1, None, None, None, None),
+                                    (DAYS[0], 2, 1, None, None, "b", None)], SCHEMA)
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), row_count=ThresholdSpec(percent=0.0))
+    res = reconcile(spec, shadow=shadow, target=target, source=shadow, partitions=[DAYS[0]],
+                    preview=False)
+    assert res.preview is None
+    gates = {g.gate: g for g in res.gates if g.partition is None}
+    assert not gates["not_null[s]"].passed and gates["not_null[s]"].measured == 1
+    assert gates["row_count_parity"].passed  # against the source, not the one-row target
+    with pytest.raises(ValueError, match="needs a source"):
+        reconcile(spec, shadow=shadow, target=target, partitions=[DAYS[0]], preview=False)
+
+
 def plan_nodes(node: Any) -> list[Any]:
     """Every node of a JVM physical plan (inside adaptive execution too)."""
     if node.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
