@@ -411,10 +411,7 @@ class CrashOutcome:
     """One backfill failpoint: crash, then the same command again (which may itself be killed
     at a second failpoint, ``recovery``, before a last re-run finishes the job)."""
 
-    fault: str
-    crash: Proc
-    after_crash: TableCheck
-    paused_after_crash: bool
+    first: Crash
     crashed_run: str | None  # the run the crash left unfinished (None: no run recorded yet)
     rerun: Proc
     after_rerun: TableCheck
@@ -422,9 +419,24 @@ class CrashOutcome:
     seconds: float = 0.0
     recovery: Crash | None = None  # the first re-run, killed too
 
+    @property
+    def fault(self) -> str:
+        return self.first.fault
+
+    @property
+    def crash(self) -> Proc:
+        return self.first.proc
+
+    @property
+    def after_crash(self) -> TableCheck:
+        return self.first.after
+
+    @property
+    def paused_after_crash(self) -> bool:
+        return self.first.paused
+
     def problems(self) -> list[str]:
-        out = Crash(self.fault, self.crash, self.after_crash,
-                    self.paused_after_crash).problems("crash run")
+        out = self.first.problems("crash run")
         if self.recovery is not None:
             out += self.recovery.problems("crashed re-run")
         if self.rerun.code != 0:
@@ -467,9 +479,8 @@ def crash_backfill(spark: SparkSession, lake: Lake, exp: Expected, fault: str,
     crashed_run = _unfinished_run(spark, lake)
     second = _crash(spark, lake, exp, recovery, f"crash-{recovery}") if recovery else None
     rerun = _backfill(lake, f"rerun-{recovery or fault}")
-    return CrashOutcome(fault, first.proc, first.after, first.paused, crashed_run, rerun,
-                        check_table(spark, lake, exp), check_ledger(spark, lake),
-                        time.monotonic() - t0, second)
+    return CrashOutcome(first, crashed_run, rerun, check_table(spark, lake, exp),
+                        check_ledger(spark, lake), time.monotonic() - t0, second)
 
 
 @dataclass
