@@ -30,19 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-TEST_SESSION = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
-                "spark.driver.memory": "2g", "spark.databricks.delta.snapshotPartitions": "2"}
-
-
 def child(confs: dict[str, str], runs: int) -> int:
     """Build the session, then time ``runs`` backfills; one JSON line per run."""
     from sparkguard.execute import run_backfill
     from sparkguard.plan import load_plan
     from sparkguard.session import local_session_builder
-    from tests.lakes import build_base, copy_lake, write_plan
+    from tests.lakes import TEST_SESSION_CONF, build_base, copy_lake, write_plan
 
     spark = local_session_builder("sparkguard-bench-runs",
-                                  extra={**TEST_SESSION, **confs}).getOrCreate()
+                                  extra={**TEST_SESSION_CONF, **confs}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
     with tempfile.TemporaryDirectory(prefix="sg-bench-runs-") as tmp:

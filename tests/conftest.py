@@ -18,15 +18,10 @@ if str(ROOT) not in sys.path:
 def spark() -> Iterator[object]:
     """Session-scoped local Delta session: 2 cores, few shuffle partitions, UI off."""
     from sparkguard.session import local_session_builder
+    from tests.lakes import TEST_SESSION_CONF
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = local_session_builder(
-        "sparkguard-tests",
-        extra={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
-               "spark.driver.memory": "2g",
-               "spark.databricks.delta.snapshotPartitions": "2",
-               "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2"},
-    ).getOrCreate()
+    session = local_session_builder("sparkguard-tests", extra=TEST_SESSION_CONF).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

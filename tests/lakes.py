@@ -13,6 +13,12 @@ import yaml
 from sparkguard.demo import START, demo_plan
 from sparkguard.plan.approvals import record_approval
 
+# the test session's settings on top of sparkguard's local defaults: 2 cores, small lakes
+TEST_SESSION_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
+                     "spark.driver.memory": "2g",
+                     "spark.databricks.delta.snapshotPartitions": "2",
+                     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2"}
+
 DAYS, ROWS_PER_DAY, WINDOW_START, WINDOW_DAYS = 6, 200, 2, 3
 WINDOW = [START + dt.timedelta(days=WINDOW_START + i) for i in range(WINDOW_DAYS)]
 
