@@ -1,7 +1,9 @@
 """The walkthrough notebook runs headless, end to end, so it cannot rot.
 
-It starts its own small Spark in the kernel process (this test process starts none), on a demo
-lake of 8 x 300 orders under the test's temp folder.
+Its code cells run in order in an IPython shell inside this test process, as a notebook on
+Databricks would: the notebook finds the active session (the suite's) instead of starting one,
+so the test pays for no second JVM. Outputs are captured per cell as a kernel would record them
+(stream text, display data). The demo lake is 8 x 300 orders under the test's temp folder.
 """
 
 from __future__ import annotations
@@ -13,12 +15,38 @@ from typing import Any
 import nbformat
 import pytest
 import yaml
-from nbclient import NotebookClient
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from traitlets.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "walkthrough.ipynb"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def _execute(nb: Any) -> None:
+    """Run the code cells in order in a fresh IPython shell; record each cell's outputs.
+
+    The first failing cell (an ``assert`` included) fails the test with its source and output.
+    """
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = InteractiveShell.instance(config=config)
+    try:
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            with capture_output() as cap:
+                result = shell.run_cell(cell.source, store_history=False)
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=cap.stdout)]
+            cell.outputs += [nbformat.v4.new_output("display_data", data=out.data)
+                             for out in cap.outputs]
+            if not result.success:
+                pytest.fail(f"cell {index} failed:\n{cell.source}\n--- output ---\n"
+                            f"{cap.stdout}{cap.stderr}")
+    finally:
+        InteractiveShell.clear_instance()
 
 
 def _outputs(cell: Any, kind: str) -> str:
@@ -37,16 +65,16 @@ def _cell(nb: Any, needle: str) -> Any:
     return cell
 
 
-def test_walkthrough_notebook_runs_plan_to_rollback(tmp_path: Path,
+def test_walkthrough_notebook_runs_plan_to_rollback(spark: Any, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
         "commit the notebook without outputs"
     monkeypatch.setenv("SPARKGUARD_WALKTHROUGH_DIR", str(tmp_path))
-    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
-    client = NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=False,
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    client.execute()  # raises CellExecutionError on the first failing cell (asserts included)
+    monkeypatch.chdir(NOTEBOOK.parent)  # where Jupyter starts a notebook's kernel
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the first cell adds the checkout
+    _execute(nb)
+    assert spark.sparkContext._jsc is not None, "the notebook stopped the session it did not start"
 
     guard = _outputs(_cell(nb, '"guard", str(plan), "--static-only"'), "stream")
     assert "approval" in guard.lower() and "blocking finding(s)" in guard
