@@ -358,14 +358,44 @@ def spark_submit(job: str, args: Sequence[str], log: Path, fault: str | None = N
     return Proc(argv, code, time.monotonic() - t0, log)
 
 
-def _backfill(lake: Lake, tag: str, fault: str | None = None) -> Proc:
-    return spark_submit("backfill.py", ["--plan", str(lake.plan)],
-                        lake.root.parent / f"{lake.root.name}-{tag}.log", fault)
+_JOB_COMMAND = {"backfill.py": "run", "rollback.py": "rollback"}
 
 
-def _rollback(lake: Lake, run_id: str, tag: str, fault: str | None = None) -> Proc:
-    return spark_submit("rollback.py", ["--run-id", run_id, "--home", lake.home],
-                        lake.root.parent / f"{lake.root.name}-{tag}.log", fault)
+def run_here(job: str, args: Sequence[str], log: Path) -> Proc:
+    """What ``jobs/<job> args`` runs, in this process on its active session, output to ``log``.
+
+    For a re-run after a crash: everything it resumes from is on disk (ledger, shadow tables,
+    the target's history), so it needs no fresh JVM to prove the recovery.
+    """
+    import contextlib
+
+    from sparkguard.cli import main
+
+    argv = [_JOB_COMMAND[job], *args]
+    t0 = time.monotonic()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as fh, contextlib.redirect_stdout(fh), \
+            contextlib.redirect_stderr(fh):
+        code = main(argv)
+    return Proc(["sparkguard", *argv], code, time.monotonic() - t0, log)
+
+
+def _job(job: str, args: list[str], lake: Lake, tag: str, fault: str | None,
+         here: bool) -> Proc:
+    log = lake.root.parent / f"{lake.root.name}-{tag}.log"
+    if here:
+        assert fault is None, "a failpoint kills the process: only for spark-submit"
+        return run_here(job, args, log)
+    return spark_submit(job, args, log, fault)
+
+
+def _backfill(lake: Lake, tag: str, fault: str | None = None, here: bool = False) -> Proc:
+    return _job("backfill.py", ["--plan", str(lake.plan)], lake, tag, fault, here)
+
+
+def _rollback(lake: Lake, run_id: str, tag: str, fault: str | None = None,
+              here: bool = False) -> Proc:
+    return _job("rollback.py", ["--run-id", run_id, "--home", lake.home], lake, tag, fault, here)
 
 
 # -- crash scenarios --------------------------------------------------------------------------
@@ -466,11 +496,12 @@ def _crash(spark: SparkSession, lake: Lake, exp: Expected, fault: str, tag: str)
 
 
 def crash_backfill(spark: SparkSession, lake: Lake, exp: Expected, fault: str,
-                   recovery: str | None = None) -> CrashOutcome:
+                   recovery: str | None = None, rerun_here: bool = False) -> CrashOutcome:
     """Run the backfill dying at ``fault``, check the tables, re-run it, check again.
 
     With ``recovery``, the first re-run dies at that later failpoint as well (a crash while
     recovering from a crash), is checked the same way, and a last re-run finishes the job.
+    With ``rerun_here``, that last re-run runs in this process (``run_here``), not spark-submit.
     """
     assert fault in BACKFILL_FAILPOINTS, fault
     assert recovery is None or _order(recovery) > _order(fault), (fault, recovery)
@@ -478,7 +509,7 @@ def crash_backfill(spark: SparkSession, lake: Lake, exp: Expected, fault: str,
     first = _crash(spark, lake, exp, fault, f"crash-{fault}")
     crashed_run = _unfinished_run(spark, lake)
     second = _crash(spark, lake, exp, recovery, f"crash-{recovery}") if recovery else None
-    rerun = _backfill(lake, f"rerun-{recovery or fault}")
+    rerun = _backfill(lake, f"rerun-{recovery or fault}", here=rerun_here)
     return CrashOutcome(first, crashed_run, rerun, check_table(spark, lake, exp),
                         check_ledger(spark, lake), time.monotonic() - t0, second)
 
@@ -518,10 +549,12 @@ class RollbackOutcome:
         return self.after_crash.rows_lost + self.after_rerun.rows_lost
 
 
-def crash_rollback(spark: SparkSession, lake: Lake, exp: Expected, fault: str) -> RollbackOutcome:
+def crash_rollback(spark: SparkSession, lake: Lake, exp: Expected, fault: str,
+                   rerun_here: bool = False) -> RollbackOutcome:
     """Roll back the lake's promoted run dying at ``fault``; then the same command again.
 
     ``lake`` must hold exactly one successful backfill (e.g. a recovered crash scenario).
+    With ``rerun_here``, the second rollback runs in this process (``run_here``).
     """
     assert fault in ROLLBACK_FAILPOINTS, fault
     t0 = time.monotonic()
@@ -529,7 +562,7 @@ def crash_rollback(spark: SparkSession, lake: Lake, exp: Expected, fault: str) -
     (run_id,) = before.done_runs()
     crash = _rollback(lake, run_id, f"crash-{fault}", fault)
     after_crash = check_table(spark, lake, exp)
-    rerun = _rollback(lake, run_id, f"rerun-{fault}")
+    rerun = _rollback(lake, run_id, f"rerun-{fault}", here=rerun_here)
     after = check_ledger(spark, lake)
     return RollbackOutcome(fault, run_id, crash, after_crash, rerun, check_table(spark, lake, exp),
                            after.run_states.get(run_id, "?"), len(after.promote_commits),

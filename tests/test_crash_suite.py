@@ -4,8 +4,9 @@ Every failpoint is reached by exactly one call site. The Spark scenarios run the
 ``spark-submit jobs/backfill.py`` (and ``jobs/rollback.py``) through the harness in
 ``bench/reliability.py``, which also produces the README's Reliability figures. ``make test``
 runs a representative subset (a backfill killed in its slices whose resuming re-run is killed
-just after its promote commit, and a rollback killed midway); ``SPARKGUARD_FULL_CRASH=1`` kills
-a fresh run at every failpoint.
+just after its promote commit, and a rollback killed midway); there the last re-run, which only
+resumes from what is on disk, runs in the test process instead of a fresh JVM.
+``SPARKGUARD_FULL_CRASH=1`` kills a fresh run at every failpoint and re-runs with spark-submit.
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ _PROMOTED: list[Lake] = []
                          ids=["-then-".join(f for f in case if f) for case in BACKFILL_CASES])
 def test_backfill_killed_then_rerun_converges(spark, base, expected, tmp_path, fault,
                                               recovery) -> None:
-    out = crash_backfill(spark, new_lake(base, tmp_path / "lake"), expected, fault, recovery)
+    out = crash_backfill(spark, new_lake(base, tmp_path / "lake"), expected, fault, recovery,
+                         rerun_here=not FULL)
 
     assert out.crash.died_at(fault), out.crash.tail()
     # the moment it died: untouched before the promote commit, fully promoted after it
@@ -159,7 +161,7 @@ def test_rollback_killed_then_rerun_restores(spark, base, expected, tmp_path, fa
         clean = spark_submit("backfill.py", ["--plan", str(lake.plan)], tmp_path / "clean.log")
         assert clean.code == 0, clean.tail()
 
-    out = crash_rollback(spark, lake, expected, fault)
+    out = crash_rollback(spark, lake, expected, fault, rerun_here=not FULL)
 
     assert out.crash.died_at(fault), out.crash.tail()
     assert out.after_crash.state == ("original" if fault == "after_rollback_restore"
