@@ -31,6 +31,10 @@ _LOCAL_DEFAULTS = {
     # generated classes kept for reuse (default 100): one backfill plans ~240 distinct queries,
     # so with 100 a warm session compiled ~240 classes per run again, with 1000 about 24
     "spark.sql.codegen.cache.maxEntries": "1000",
+    # the throughput collector: on a 2-core machine G1's concurrent threads and write barriers
+    # made a cold spark-submit backfill ~12% slower (bench figures in the README)
+    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+    "spark.executor.extraJavaOptions": "-XX:+UseParallelGC",
     # RESTORE and rollback checks need the history that VACUUM would otherwise bound
     "spark.databricks.delta.retentionDurationCheck.enabled": "true",
 }

@@ -191,6 +191,16 @@ def test_spark_submit_and_local_sessions_share_their_settings() -> None:
     # one backfill plans ~240 distinct queries: Spark's 100 cached classes made each run
     # compile them again
     assert int(shared["spark.sql.codegen.cache.maxEntries"]) >= 500
+    # G1 made a cold local run ~12% slower on 2 cores than the throughput collector
+    assert "-XX:+UseParallelGC" in shared["spark.driver.extraJavaOptions"].split()
+
+
+@pytest.mark.spark
+def test_local_session_driver_runs_the_throughput_collector(spark) -> None:
+    """The JVM options reach the driver the builder launches (the suite's session is one)."""
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory \
+        .getGarbageCollectorMXBeans()
+    assert "PS Scavenge" in [b.getName() for b in beans]
 
 
 def test_pyspark_and_delta_pins_pair_by_minor_version() -> None:
