@@ -32,6 +32,7 @@ def _execute(nb: Any) -> None:
     """
     config = Config()
     config.HistoryManager.enabled = False
+    config.InteractiveShell.colors = "nocolor"
     shell = InteractiveShell.instance(config=config)
     try:
         for index, cell in enumerate(nb.cells):
