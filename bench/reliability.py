@@ -19,6 +19,8 @@ functions (a subset of the failpoints unless ``SPARKGUARD_FULL_CRASH=1``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
@@ -31,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -358,6 +360,14 @@ def spark_submit(job: str, args: Sequence[str], log: Path, fault: str | None = N
     return Proc(argv, code, time.monotonic() - t0, log)
 
 
+def _cli_in_process(argv: list[str], out: TextIO, err: TextIO) -> int:
+    """``sparkguard <argv>`` in this process (its active session), output to ``out``/``err``."""
+    from sparkguard.cli import main
+
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        return main(argv)
+
+
 _JOB_COMMAND = {"backfill.py": "run", "rollback.py": "rollback"}
 
 
@@ -367,16 +377,11 @@ def run_here(job: str, args: Sequence[str], log: Path) -> Proc:
     For a re-run after a crash: everything it resumes from is on disk (ledger, shadow tables,
     the target's history), so it needs no fresh JVM to prove the recovery.
     """
-    import contextlib
-
-    from sparkguard.cli import main
-
     argv = [_JOB_COMMAND[job], *args]
     t0 = time.monotonic()
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w", encoding="utf-8") as fh, contextlib.redirect_stdout(fh), \
-            contextlib.redirect_stderr(fh):
-        code = main(argv)
+    with open(log, "w", encoding="utf-8") as fh:
+        code = _cli_in_process(argv, fh, fh)
     return Proc(["sparkguard", *argv], code, time.monotonic() - t0, log)
 
 
@@ -644,19 +649,6 @@ def _wait_for_pause(lake: Lake, proc: subprocess.Popen[bytes],
     return False
 
 
-def _cli_in_process(argv: list[str]) -> tuple[int, str]:
-    """``sparkguard <argv>`` in this process (its active session); (exit code, stderr)."""
-    import contextlib
-    import io
-
-    from sparkguard.cli import main
-
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, err.getvalue()
-
-
 def second_run_mid_run(spark: SparkSession, lake: Lake, exp: Expected) -> ScenarioOutcome:
     """The same plan run again while a first run is under way: it must not join in.
 
@@ -668,7 +660,8 @@ def second_run_mid_run(spark: SparkSession, lake: Lake, exp: Expected) -> Scenar
     first = start_submit("backfill.py", ["--plan", str(lake.plan)],
                          lake.root.parent / f"{lake.root.name}-first.log")[0]
     mid_run = _wait_for_pause(lake, first)
-    code2, err = _cli_in_process(["run", "--plan", str(lake.plan)])
+    err = io.StringIO()
+    code2 = _cli_in_process(["run", "--plan", str(lake.plan)], sys.stdout, err)
     overlapped = first.poll() is None
     codes = [first.wait(timeout=SUBMIT_TIMEOUT_S), code2]
     after, ledger = check_table(spark, lake, exp), check_ledger(spark, lake)
@@ -677,7 +670,8 @@ def second_run_mid_run(spark: SparkSession, lake: Lake, exp: Expected) -> Scenar
     if codes != [0, 2]:
         found.append(f"exit codes {codes} (first, second), expected [0, 2]")
     winner = ledger.done_runs()
-    refusal = next((ln for ln in err.splitlines() if winner and winner[0] in ln), "")
+    refusal = next((ln for ln in err.getvalue().splitlines() if winner and winner[0] in ln),
+                   "")
     if winner and not refusal:
         found.append(f"the second run does not name the holder {winner[0]}")
     found += after.problems("clean") + ledger.problems()
