@@ -109,6 +109,8 @@ def panels(evidence: Mapping[str, Any]) -> list[Panel]:
             sides = [((s.get("metrics") or {}).get(metric, {}).get("source"),
                       (s.get("metrics") or {}).get(metric, {}).get("shadow"),
                       (s.get("metrics") or {}).get(metric, {}).get("target")) for s in stats]
+            if all(v is None for side in sides for v in side):
+                continue  # not measured per partition (a count_distinct checked for the window)
             out.append(_panel(f"{name}: {metric}", metric_checks.get(metric), stats, sides))
     return out
 

@@ -148,6 +148,16 @@ def test_panels_fall_back_to_slices_without_a_full_window() -> None:
     assert rows.deltas == (0.0, 0.0)  # the slices, unlike the edited window, matched
 
 
+def test_panels_leave_out_a_metric_not_measured_per_partition() -> None:
+    """A count_distinct checked for the window only has no per-partition value: no panel, rather
+    than a flat line of zero deviation."""
+    data = copy.deepcopy(_case("evidence_gate_failed"))
+    for stats in data["sparkguard"]["targets"][0]["full_window"]["partitions"]:
+        stats["metrics"]["gross_amount"] = {"source": None, "shadow": None, "target": None}
+    titles = [p.title for p in panels(data)]
+    assert "orders_clean: gross_amount" not in titles and len(titles) == 2
+
+
 def _png_size(path: Path) -> tuple[int, int]:
     raw = path.read_bytes()
     assert raw[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG signature"

@@ -173,6 +173,7 @@ METRICS = (
     MetricSpec("sum_x", Aggregation.SUM, "x", "x", ThresholdSpec(percent=0.5), per_partition=True),
 )
 CD = MetricSpec("cd_s", Aggregation.COUNT_DISTINCT, "s", "s", ThresholdSpec(), per_partition=True)
+CD_WINDOW = MetricSpec("cd_t", Aggregation.COUNT_DISTINCT, "t", "t", ThresholdSpec())
 
 
 def check(result: ReconcileResult, spec: ReconcileSpec, ref: Ref, shadow: list[dict[str, Any]],
@@ -197,6 +198,9 @@ def check(result: ReconcileResult, spec: ReconcileSpec, ref: Ref, shadow: list[d
                 if side == "source" and source is None:
                     continue
                 values = [r[m.shadow_expr] for r in rows if r["p"] == day]
+                if m.aggregation is Aggregation.COUNT_DISTINCT and not m.per_partition:
+                    assert s.metrics[m.name][side] is None  # counted for the window only
+                    continue
                 assert close(s.metrics[m.name][side], metric_ref(m.aggregation, values)), (m, side, day)
     pv = result.preview
     assert pv is not None
@@ -248,7 +252,7 @@ def test_engine_agrees_with_brute_force(spark: Any, data: tuple[list[Any], list[
     spec = ReconcileSpec(
         partition_column="p", partition_type=PartitionType.DATE, business_keys=("k",),
         row_count=ThresholdSpec(percent=0.0), row_count_per_partition=True,
-        metrics=(*METRICS, *((CD,) if count_distinct else ())), not_null=("s", "i"),
+        metrics=(*METRICS, *((CD, CD_WINDOW) if count_distinct else ())), not_null=("s", "i"),
         float_abs_tolerance=TOL, float_rel_tolerance=TOL, ignore_trailing_spaces=trim,
         key_source=key_source, extra_duplicate_keys=((("k",),) if extra_dups else ()))
 
@@ -386,3 +390,22 @@ def test_one_scan_per_side_and_narrow_shuffle(spark: Any, lake: Any, keyed: bool
         if n.getClass().getSimpleName() == "FileSourceScanExec":
             out = n.output()
             assert {out.apply(i).name() for i in range(out.size())} <= {"p", "s"}
+    # checked for the window only: one narrow read per side, no per-partition count
+    for metrics, reads in (((CD_WINDOW,), 3), ((CD, CD_WINDOW), 6)):
+        spec = replace(spec, metrics=metrics)
+        lay = engine._layout(spec, frames["shadow"], frames["target"], frames["source"])
+        cd = engine._distinct_frame(spec, lay, {engine.SOURCE: frames["source"],
+                                                engine.SHADOW: frames["shadow"],
+                                                engine.TARGET: frames["target"]})
+        assert cd is not None
+        scans = [n for n in plan_nodes(cd._jdf.queryExecution().executedPlan())
+                 if n.getClass().getSimpleName() == "FileSourceScanExec"]
+        assert len(scans) == reads
+    res = engine.reconcile(spec, shadow=frames["shadow"], target=frames["target"],
+                           source=frames["source"], partitions=[DAYS[0]])
+    (stats,) = res.partitions
+    assert stats.metrics["cd_s"] == {"source": 1, "shadow": 1, "target": 1}
+    assert stats.metrics["cd_t"] == {"source": None, "shadow": None, "target": None}
+    window = {g.gate: g for g in res.gates if g.partition is None}
+    assert window["metric_reconciliation[cd_t]"].measured["value"] == 1
+    assert window["metric_reconciliation[cd_t]"].expected == 1

@@ -66,7 +66,8 @@ def test_metric_partials_fold_and_finish() -> None:
     assert metric_value(Aggregation.MAX, parts) == 7
     assert metric_value(Aggregation.COUNT, parts) == 3
     assert metric_value(Aggregation.AVG, {"sum": None, "count": 0}) is None
-    assert metric_value(Aggregation.COUNT_DISTINCT, {"cd": None}) == 0
+    assert metric_value(Aggregation.COUNT_DISTINCT, {"cd": None}) is None  # not counted
+    assert metric_value(Aggregation.COUNT_DISTINCT, {"cd": 0}) == 0
 
 
 def spec(**kw: Any) -> ReconcileSpec:

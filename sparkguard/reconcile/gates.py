@@ -28,7 +28,7 @@ def metric_value(agg: Aggregation, parts: Mapping[str, Any]) -> Any:
     if agg is Aggregation.MAX:
         return parts.get("max")
     if agg is Aggregation.COUNT_DISTINCT:
-        return parts.get("cd") or 0
+        return parts.get("cd")  # None: not counted (a partition of a window-only metric)
     total, count = parts.get("sum"), parts.get("count") or 0
     return None if total is None or count == 0 else float(total) / count
 
