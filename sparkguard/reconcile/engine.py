@@ -9,8 +9,10 @@ How one reconciliation runs (comparison rules: ``docs/reconciliation.md``):
 2. **One aggregation.** The projections are unioned and grouped by (partition, keys, tag): a
    shadow row and a target row of the same key land in one group, where the ``bit_xor`` of
    their hashes is zero exactly when the hashes are equal. Every level-1 aggregate is a sum,
-   min, max or xor, so the groups fold by partition (level 2) in the same stage. The level-2
-   rows -- one per partition, each with a few sample keys -- are all the driver receives.
+   min, max or xor, so the groups fold further (level 2) in the same stage: each key is
+   classified once and grouped by (partition, tag, kind of change, duplicate). Those groups --
+   a handful per partition, each with a few sample keys -- are all the driver receives; it
+   folds them to one row per partition.
 3. **Bounded samples.** Before/after rows are read back for at most ``sample_size`` keys from
    at most two partitions (the smallest with differences).
 
