@@ -321,6 +321,29 @@ def test_extra_duplicate_keys_count_across_the_window(spark: Any) -> None:
     assert [s.partition for s in res.partitions] == [str(d) for d in DAYS[:2]]  # no window row
 
 
+def test_wide_decimal_sums_stay_exact(spark: Any) -> None:
+    """A decimal(38, 2) sum over keys of several kinds in one partition (unchanged, changed,
+    inserted: partials folded on the driver) keeps every digit, and a one-cent change fails an
+    exact metric gate."""
+    big = Decimal("123456789012345678901234567890123.45")
+    plus_cent = Decimal("123456789012345678901234567890123.46")  # no Python arithmetic: it rounds
+    schema = "p date, k int, v decimal(38,2)"
+    target = spark.createDataFrame([(DAYS[0], 1, big), (DAYS[0], 2, big), (DAYS[1], 3, big)], schema)
+    shadow = spark.createDataFrame([(DAYS[0], 1, big), (DAYS[0], 2, plus_cent),
+                                    (DAYS[0], 4, Decimal("0.01")), (DAYS[1], 3, big)], schema)
+    m = MetricSpec("v_total", Aggregation.SUM, "v", "v", ThresholdSpec(), per_partition=True)
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), metrics=(m,))
+    res = reconcile(spec, shadow=shadow, target=target, partitions=list(DAYS[:2]))
+    day0 = res.partitions[0].metrics["v_total"]
+    assert day0["shadow"] == Decimal("246913578024691357802469135780246.92")
+    assert day0["target"] == Decimal("246913578024691357802469135780246.90")
+    window = next(g for g in res.gates if g.gate == "metric_reconciliation[v_total]"
+                  and g.partition is None)
+    assert not window.passed and window.measured["abs_diff"] == pytest.approx(0.02)
+    assert res.preview is not None and (res.preview.changed, res.preview.inserted) == (1, 1)
+
+
 def test_slice_gates_without_preview_keep_the_target_not_null_contract(spark: Any) -> None:
     """``preview=False`` (a slice): no change preview, but a column NOT NULL in the target is
     still checked on the shadow's values; without a source there is nothing to gate against."""

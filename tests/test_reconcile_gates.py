@@ -137,6 +137,27 @@ def test_metric_reconciliation_percent_absolute_and_per_partition() -> None:
     assert not gates[0].passed and gates[0].measured["abs_diff"] == 14.0
 
 
+def test_one_cent_on_a_38_digit_decimal_sum_is_a_deviation() -> None:
+    """Decimals add and subtract exactly: as floats (or in Python's default 28-digit context)
+    the cent below would vanish and an exact-match gate would pass."""
+    big = Decimal("123456789012345678901234567890123.45")  # 35 digits, decimal(38, 2)
+    parts = combine_metric([{"sum": big}, {"sum": Decimal("0.01")}, {"sum": big}])
+    assert parts["sum"] == Decimal("246913578024691357802469135780246.91")
+    assert deviation(big, Decimal("123456789012345678901234567890123.46")) \
+        == (0.01, pytest.approx(float(Decimal("0.01") / big * 100)))
+    assert deviation(big, big) == (0.0, 0.0)
+    m = MetricSpec("amount", Aggregation.SUM, "amount", "amount", ThresholdSpec())  # exact
+    rows = [metric_row("d1", {"sum": big, "count": 1}, {"sum": big, "count": 1}),
+            metric_row("d2", {"sum": big, "count": 1},
+                       {"sum": Decimal("123456789012345678901234567890123.46"), "count": 1})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert not gates[0].passed and gates[0].measured["abs_diff"] == 0.01
+    assert gates[0].measured["value"] == Decimal("246913578024691357802469135780246.91")
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)),
+                           [rows[0], metric_row("d2", {"sum": big}, {"sum": big})], True)
+    assert gates[0].passed
+
+
 def test_min_max_of_dates_and_timestamps_compare_in_days_and_seconds() -> None:
     t0 = dt.datetime(2024, 1, 1, 12)
     m = MetricSpec("first", Aggregation.MIN, "t", "t", ThresholdSpec(absolute=60))

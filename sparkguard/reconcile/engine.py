@@ -42,7 +42,7 @@ from pyspark.sql import types as T
 from sparkguard.plan.model import Aggregation
 from sparkguard.reconcile.gates import build_gates
 from sparkguard.reconcile.spec import ColumnInfo, ReconcileSpec
-from sparkguard.reconcile.verdicts import ChangePreview, ReconcileResult
+from sparkguard.reconcile.verdicts import EXACT, ChangePreview, ReconcileResult, exact_add
 
 __all__ = ["columns_of", "reconcile", "row_hash", "table_fingerprint"]
 
@@ -484,7 +484,7 @@ def _combine(name: str, a: Any, b: Any) -> Any:
         return max(a, b)
     if name.endswith("_min"):
         return min(a, b)
-    return a + b
+    return exact_add(a, b)
 
 
 def _fold_groups(lay: _Layout, groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -723,7 +723,7 @@ def _sum_of(lay: _Layout, r: Mapping[str, Any], i: int, side: int) -> Any:
     hi, lo = r.get(f"{name}_dhi"), r.get(f"{name}_dlo")
     if hi is None or lo is None:
         return None
-    return Decimal(int(hi) * (1 << 32) + int(lo)).scaleb(-scale)
+    return Decimal(int(hi) * (1 << 32) + int(lo)).scaleb(-scale, EXACT)
 
 
 # -- samples -----------------------------------------------------------------------------------

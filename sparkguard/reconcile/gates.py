@@ -9,7 +9,13 @@ from typing import Any
 
 from sparkguard.plan.model import Aggregation
 from sparkguard.reconcile.spec import MetricSpec, ReconcileSpec, ThresholdSpec
-from sparkguard.reconcile.verdicts import GateResult, PartitionStats, deviation, judge
+from sparkguard.reconcile.verdicts import (
+    GateResult,
+    PartitionStats,
+    deviation,
+    exact_add,
+    judge,
+)
 
 __all__ = ["SIDES", "build_gates", "combine_metric", "metric_value"]
 
@@ -38,7 +44,7 @@ def combine_metric(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"sum": None, "count": 0, "min": None, "max": None, "cd": None}
     for r in rows:
         if r.get("sum") is not None:
-            out["sum"] = r["sum"] if out["sum"] is None else out["sum"] + r["sum"]
+            out["sum"] = r["sum"] if out["sum"] is None else exact_add(out["sum"], r["sum"])
         out["count"] += r.get("count") or 0
         if r.get("min") is not None:
             out["min"] = r["min"] if out["min"] is None else min(out["min"], r["min"])
@@ -49,7 +55,7 @@ def combine_metric(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _num(v: Any) -> float | None:
+def _num(v: Any) -> float | int | Decimal | None:
     """A metric value as a number: timestamps in epoch seconds, dates in days, so that min/max
     of time columns compare (an absolute threshold is then in seconds or days)."""
     if v is None:
@@ -60,7 +66,7 @@ def _num(v: Any) -> float | None:
         return (v - dt.datetime(1970, 1, 1)).total_seconds()
     if isinstance(v, dt.date):
         return float(v.toordinal() - _EPOCH_DAY)
-    return float(v)
+    return v if isinstance(v, int | Decimal) else float(v)  # exact ones subtract exactly
 
 
 def _comparable(v: Any) -> bool:

@@ -4,28 +4,54 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from decimal import Context, Decimal
 from typing import Any
 
 __all__ = [
+    "EXACT",
     "ChangePreview",
     "GateResult",
     "PartitionStats",
     "ReconcileResult",
     "deviation",
+    "exact_add",
     "judge",
 ]
 
+# Spark decimals have up to 38 digits and their sums over a window a few more; Python's default
+# context keeps 28 and would round them
+EXACT = Context(prec=120)
+Number = float | int | Decimal
 
-def deviation(expected: float | None, measured: float | None) -> tuple[float, float]:
+
+def exact_add(a: Any, b: Any) -> Any:
+    """``a + b``; a decimal plus a decimal or an integer without rounding (Python's default
+    context stops at 28 digits)."""
+    if isinstance(a, Decimal | int) and isinstance(b, Decimal | int) \
+            and (isinstance(a, Decimal) or isinstance(b, Decimal)):
+        return EXACT.add(Decimal(a), Decimal(b))
+    return a + b
+
+
+def deviation(expected: Number | None, measured: Number | None) -> tuple[float, float]:
     """Absolute and percent deviation of ``measured`` from ``expected``.
 
     Percent is relative to ``|expected|``; 0 vs 0 is 0 %, anything vs 0 is infinite.
     A null on exactly one side is an infinite deviation; nulls on both sides are equal.
+    Integers and decimals are subtracted exactly before the result becomes a float, so one cent
+    on a 20-digit total is still a deviation.
     """
     if expected is None and measured is None:
         return 0.0, 0.0
     if expected is None or measured is None:
         return math.inf, math.inf
+    if isinstance(expected, int | Decimal) and isinstance(measured, int | Decimal):
+        diff = abs(EXACT.subtract(Decimal(measured), Decimal(expected)))
+        if diff == 0:
+            return 0.0, 0.0
+        if expected == 0:
+            return float(diff), math.inf
+        return float(diff), float(EXACT.divide(diff, abs(Decimal(expected))) * 100)
     e, m = float(expected), float(measured)
     if math.isnan(e) and math.isnan(m):
         return 0.0, 0.0
