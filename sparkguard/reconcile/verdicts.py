@@ -46,12 +46,12 @@ def deviation(expected: Number | None, measured: Number | None) -> tuple[float, 
     if expected is None or measured is None:
         return math.inf, math.inf
     if isinstance(expected, int | Decimal) and isinstance(measured, int | Decimal):
-        diff = abs(EXACT.subtract(Decimal(measured), Decimal(expected)))
+        diff = EXACT.abs(EXACT.subtract(Decimal(measured), Decimal(expected)))
         if diff == 0:
             return 0.0, 0.0
         if expected == 0:
             return float(diff), math.inf
-        return float(diff), float(EXACT.divide(diff, abs(Decimal(expected))) * 100)
+        return float(diff), float(EXACT.multiply(EXACT.divide(diff, EXACT.abs(Decimal(expected))), 100))
     e, m = float(expected), float(measured)
     if math.isnan(e) and math.isnan(m):
         return 0.0, 0.0
