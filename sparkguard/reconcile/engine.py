@@ -42,7 +42,7 @@ from pyspark.sql import types as T
 from sparkguard.plan.model import Aggregation
 from sparkguard.reconcile.gates import build_gates
 from sparkguard.reconcile.spec import ColumnInfo, ReconcileSpec
-from sparkguard.reconcile.verdicts import EXACT, ChangePreview, ReconcileResult, exact_add
+from sparkguard.reconcile.verdicts import EXACT, ChangePreview, ReconcileResult, fold_partial
 
 __all__ = ["columns_of", "reconcile", "row_hash", "table_fingerprint"]
 
@@ -87,15 +87,16 @@ def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
     return col
 
 
+def _pack_flags(flags: Sequence[Column]) -> list[Column]:
+    """Boolean columns as bit masks, 62 to a long (bit ``i % 62`` of long ``i // 62``)."""
+    return [functools.reduce(operator.add, [F.when(f, F.lit(1 << i)).otherwise(F.lit(0))
+                                            for i, f in enumerate(flags[start:start + 62])])
+            .cast("long") for start in range(0, len(flags), 62)]
+
+
 def _null_mask(cols: Sequence[str]) -> list[Column]:
-    """Bit masks of null flags (62 columns per long) so (null, 1) and (1, null) hash apart."""
-    masks = []
-    for start in range(0, len(cols), 62):
-        chunk = cols[start:start + 62]
-        terms = [F.when(F.col(c).isNull(), F.lit(1 << i)).otherwise(F.lit(0))
-                 for i, c in enumerate(chunk)]
-        masks.append(functools.reduce(operator.add, terms).cast("long"))
-    return masks
+    """Bit masks of null flags so (null, 1) and (1, null) hash apart."""
+    return _pack_flags([F.col(c).isNull() for c in cols])
 
 
 def row_hash(df: DataFrame, cols: Sequence[str], rtrim: bool = False) -> Column:
@@ -239,9 +240,14 @@ def _metric_parts(agg: Aggregation) -> tuple[str, ...]:
             Aggregation.MAX: ("max",), Aggregation.COUNT_DISTINCT: ()}[agg]
 
 
+def _fold_how(name: str) -> str:
+    """How a partial column folds: ``min``, ``max``, or ``sum`` (counts, sums, null counts)."""
+    return "max" if name.endswith("_max") else "min" if name.endswith("_min") else "sum"
+
+
 def _fold(name: str) -> Column:
-    """How a level-1 column folds by partition: min, max, or sum (counts, sums, null counts)."""
-    fn = F.max if name.endswith("_max") else F.min if name.endswith("_min") else F.sum
+    """A level-1 column folded in Spark (the driver folds level-2 groups with ``fold_partial``)."""
+    fn = {"max": F.max, "min": F.min, "sum": F.sum}[_fold_how(name)]
     return fn(name).alias(name)
 
 
@@ -457,9 +463,7 @@ def _l2_frame(spec: ReconcileSpec, lay: _Layout, l1: DataFrame) -> DataFrame:
     value, bucket = _sample_value(lay)
     sampled = kind.isin(list(_K_SAMPLED)) | dup
     changed = list(flags.values())
-    bits = [functools.reduce(operator.add, [F.when(f, F.lit(1 << i)).otherwise(F.lit(0))
-                                            for i, f in enumerate(changed[start:start + 62])])
-            .cast("long") for start in range(0, len(changed), 62)]
+    bits = _pack_flags(changed)
     partials = [c for c in l1.columns if c.startswith(("__sg_m", "__sg_z"))]
     classified = l1.select(
         F.col(lay.p).alias(lay.p), tag.alias("__sg_t"), kind.cast("byte").alias("__sg_k"),
@@ -474,17 +478,6 @@ def _l2_frame(spec: ReconcileSpec, lay: _Layout, l1: DataFrame) -> DataFrame:
     aggs += [F.min(F.when(F.col("__sg_b") == b, F.col("__sg_v"))).alias(f"__sg_s{b}")
              for b in range(_BUCKETS)]
     return classified.groupBy(lay.p, "__sg_t", "__sg_k", "__sg_d").agg(*aggs)
-
-
-def _combine(name: str, a: Any, b: Any) -> Any:
-    """Fold two partial values of one column as :func:`_fold` does in Spark."""
-    if a is None or b is None:
-        return b if a is None else a
-    if name.endswith("_max"):
-        return max(a, b)
-    if name.endswith("_min"):
-        return min(a, b)
-    return exact_add(a, b)
 
 
 def _fold_groups(lay: _Layout, groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -514,11 +507,11 @@ def _fold_groups(lay: _Layout, groups: Sequence[Mapping[str, Any]]) -> list[dict
             r[name] = r.get(name, 0) + v
         for name, v in g.items():
             if name.startswith(("__sg_m", "__sg_z", "chg_")):
-                r[name] = _combine(name, r.get(name), v)
+                r[name] = fold_partial(_fold_how(name), r.get(name), v)
         for k in kinds:
             for b in range(_BUCKETS):
                 slot = f"__sg_s_{k}_{b}"
-                r[slot] = _combine(f"{slot}_min", r.get(slot), g[f"__sg_s{b}"])
+                r[slot] = fold_partial("min", r.get(slot), g[f"__sg_s{b}"])
     return list(out.values())
 
 

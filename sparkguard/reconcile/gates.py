@@ -13,7 +13,7 @@ from sparkguard.reconcile.verdicts import (
     GateResult,
     PartitionStats,
     deviation,
-    exact_add,
+    fold_partial,
     judge,
 )
 
@@ -43,13 +43,9 @@ def combine_metric(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Combine per-partition partials into window partials (sum/count add, min/max fold)."""
     out: dict[str, Any] = {"sum": None, "count": 0, "min": None, "max": None, "cd": None}
     for r in rows:
-        if r.get("sum") is not None:
-            out["sum"] = r["sum"] if out["sum"] is None else exact_add(out["sum"], r["sum"])
+        for how in ("sum", "min", "max"):
+            out[how] = fold_partial(how, out[how], r.get(how))
         out["count"] += r.get("count") or 0
-        if r.get("min") is not None:
-            out["min"] = r["min"] if out["min"] is None else min(out["min"], r["min"])
-        if r.get("max") is not None:
-            out["max"] = r["max"] if out["max"] is None else max(out["max"], r["max"])
         if r.get("cd") is not None:
             out["cd"] = (out["cd"] or 0) + r["cd"]
     return out

@@ -15,6 +15,7 @@ __all__ = [
     "ReconcileResult",
     "deviation",
     "exact_add",
+    "fold_partial",
     "judge",
 ]
 
@@ -31,6 +32,18 @@ def exact_add(a: Any, b: Any) -> Any:
             and (isinstance(a, Decimal) or isinstance(b, Decimal)):
         return EXACT.add(Decimal(a), Decimal(b))
     return a + b
+
+
+def fold_partial(how: str, a: Any, b: Any) -> Any:
+    """Two partial values of one aggregate folded (``how``: ``sum``, ``min`` or ``max``); a
+    null partial is empty."""
+    if a is None or b is None:
+        return b if a is None else a
+    if how == "max":
+        return max(a, b)
+    if how == "min":
+        return min(a, b)
+    return exact_add(a, b)
 
 
 def deviation(expected: Number | None, measured: Number | None) -> tuple[float, float]:
