@@ -432,3 +432,40 @@ def test_one_scan_per_side_and_narrow_shuffle(spark: Any, lake: Any, keyed: bool
     window = {g.gate: g for g in res.gates if g.partition is None}
     assert window["metric_reconciliation[cd_t]"].measured["value"] == 1
     assert window["metric_reconciliation[cd_t]"].expected == 1
+
+
+def test_count_distinct_is_one_aggregate_per_input_type(spark: Any) -> None:
+    """Sides whose count_distinct input has one type share one distinct column (no row expanded
+    per side); a source input of another type gets its own, and every side counts its own."""
+    from sparkguard.reconcile import engine
+
+    shadow = spark.createDataFrame(
+        [(DAYS[0], k, k % 3, 1.0, None, s, T0) for k, s in enumerate(["a", "b", "b", "cc", None])],
+        SCHEMA)
+    target = spark.createDataFrame([(DAYS[0], k, 1, 1.0, None, "a", T0) for k in range(4)], SCHEMA)
+    source = spark.createDataFrame(
+        [(DAYS[0], k, k, 1.0, None, s, T0) for k, s in enumerate(["a", "bb", "ccc", "dd", "dd"])],
+        SCHEMA)
+    same_type = MetricSpec("cd_i", Aggregation.COUNT_DISTINCT, "i", "i", ThresholdSpec())
+    by_length = MetricSpec("cd_len", Aggregation.COUNT_DISTINCT, "length(s)", "s", ThresholdSpec(),
+                           per_partition=True)
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), metrics=(same_type,))
+    lay = engine._layout(spec, shadow, target, source)
+    cd = engine._distinct_frame(spec, lay, {engine.SOURCE: source, engine.SHADOW: shadow,
+                                            engine.TARGET: target})
+    assert cd is not None
+    names = {n.getClass().getSimpleName() for n in plan_nodes(cd._jdf.queryExecution().executedPlan())}
+    assert "ExpandExec" not in names, names
+
+    spec = replace(spec, metrics=(same_type, by_length))
+    res = reconcile(spec, shadow=shadow, target=target, source=source, partitions=[DAYS[0]])
+    window = {g.gate: g for g in res.gates if g.partition is None}
+    assert (window["metric_reconciliation[cd_i]"].measured["value"],
+            window["metric_reconciliation[cd_i]"].expected) == (3, 5)
+    # shadow: distinct strings a, b, cc; source: distinct lengths 1, 2, 3
+    assert (window["metric_reconciliation[cd_len]"].measured["value"],
+            window["metric_reconciliation[cd_len]"].expected) == (3, 3)
+    (stats,) = res.partitions
+    assert stats.metrics["cd_len"] == {"source": 3, "shadow": 3, "target": 1}
+    assert stats.metrics["cd_i"] == {"source": None, "shadow": None, "target": None}

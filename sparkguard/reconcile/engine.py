@@ -587,6 +587,15 @@ def _verdict_frame(spec: ReconcileSpec, lay: _Layout, shadow: DataFrame, target:
     return _l2_frame(spec, lay, l1)
 
 
+def _distinct_columns(lay: _Layout) -> dict[tuple[int, int], str]:
+    """Column of each (``count_distinct`` metric, side): sides whose input has the same type
+    share one, so a metric compared across sides is one distinct aggregate, not one per side
+    (each more than one makes Spark expand every row once per distinct column)."""
+    names: dict[tuple[int, T.DataType | None], str] = {}
+    return {(i, s): names.setdefault((i, lay.metric_type(i, s)), f"__sg_d{len(names)}")
+            for i, s in lay.distinct}
+
+
 def _distinct_frame(spec: ReconcileSpec, lay: _Layout,
                     frames: Mapping[int, DataFrame | None]) -> DataFrame | None:
     """Distinct counts of the ``count_distinct`` metrics over a narrow read of (partition,
@@ -600,20 +609,22 @@ def _distinct_frame(spec: ReconcileSpec, lay: _Layout,
     """
     if not lay.distinct:
         return None
-    cols = {(i, s): f"__sg_d{i}_{s}" for i, s in lay.distinct}
+    cols = _distinct_columns(lay)
+    types = {name: lay.metric_type(i, s) or T.NullType() for (i, s), name in cols.items()}
     parts = []
     for side, df in frames.items():
         if df is None or not any(s == side for _i, s in lay.distinct):
             continue
-        values = [(F.expr(spec.metrics[i].source_expr if side == SOURCE
-                          else spec.metrics[i].shadow_expr) if s == side
-                   else F.lit(None)).alias(name) for (i, s), name in cols.items()]
+        mine = {name: spec.metrics[i].source_expr if side == SOURCE else spec.metrics[i].shadow_expr
+                for (i, s), name in cols.items() if s == side}
+        values = [(F.expr(mine[name]) if name in mine else F.lit(None).cast(dt)).alias(name)
+                  for name, dt in types.items()]
         parts.append(df.select(F.lit(side).cast("byte").alias(_TAG), F.col(lay.p).alias(lay.p),
                                *values))
     union = functools.reduce(lambda a, b: a.unionByName(b), parts)
     window = union.groupBy(_TAG).agg(F.lit(1).alias("__sg_g"),
-                                     *[F.count_distinct(n).alias(n) for n in cols.values()])
-    per_part = [n for (i, _s), n in cols.items() if spec.metrics[i].per_partition]
+                                     *[F.count_distinct(n).alias(n) for n in types])
+    per_part = list(dict.fromkeys(n for (i, _s), n in cols.items() if spec.metrics[i].per_partition))
     if not per_part:
         return window
     by_part = union.groupBy(_TAG, lay.p).agg(F.lit(0).alias("__sg_g"),
@@ -626,9 +637,10 @@ def _distinct_counts(lay: _Layout, rows: Sequence[Mapping[str, Any]]
     """(window count per (metric, side), partition count per (metric, side, partition))."""
     window: dict[tuple[int, int], int] = {}
     per_part: dict[tuple[int, int, Any], int] = {}
+    cols = _distinct_columns(lay)
     for r in rows:
         for i, s in lay.distinct:
-            value = r.get(f"__sg_d{i}_{s}")
+            value = r.get(cols[(i, s)])
             if r[_TAG] != s or (value is None and not r["__sg_g"]):
                 continue  # another side's row, or a metric counted for the window only
             if r["__sg_g"]:
