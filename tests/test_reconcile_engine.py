@@ -469,3 +469,30 @@ def test_count_distinct_is_one_aggregate_per_input_type(spark: Any) -> None:
     (stats,) = res.partitions
     assert stats.metrics["cd_len"] == {"source": 3, "shadow": 3, "target": 1}
     assert stats.metrics["cd_i"] == {"source": None, "shadow": None, "target": None}
+
+
+def test_sum_of_a_compared_float_column_reuses_its_shuffled_value(spark: Any) -> None:
+    """A sum or average over a compared float column takes the per-side sum the comparison
+    keeps (the value is shuffled once), and stays a sum for a key with several rows."""
+    from sparkguard.reconcile import engine
+
+    shadow = spark.createDataFrame([(DAYS[0], 1, 1, 1.5, None, "a", T0),
+                                    (DAYS[0], 1, 1, 2.5, None, "a", T0),
+                                    (DAYS[0], 2, 1, None, None, "a", T0),
+                                    (DAYS[0], 3, 1, 4.0, None, "a", T0)], SCHEMA)
+    target = spark.createDataFrame([(DAYS[0], 1, 1, 1.0, None, "a", T0),
+                                    (DAYS[0], 3, 1, 4.0, None, "a", T0)], SCHEMA)
+    metrics = (MetricSpec("sum_x", Aggregation.SUM, "x", "x", ThresholdSpec()),
+               MetricSpec("avg_x", Aggregation.AVG, "x", "x", ThresholdSpec()),
+               MetricSpec("n_x", Aggregation.COUNT, "x", "x", ThresholdSpec()))
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), metrics=metrics)
+    lay = engine._layout(spec, shadow, target, None)
+    projected = engine._project(spec, lay, shadow, engine.SHADOW).columns
+    assert "__sg_f0" in projected and not [c for c in projected if c.startswith("__sg_v")]
+    res = reconcile(spec, shadow=shadow, target=target, partitions=[DAYS[0]])
+    (stats,) = res.partitions
+    assert stats.metrics["sum_x"] == {"source": None, "shadow": 8.0, "target": 5.0}
+    assert stats.metrics["avg_x"] == {"source": None, "shadow": 8.0 / 3, "target": 2.5}
+    assert stats.metrics["n_x"] == {"source": 0, "shadow": 3, "target": 2}
+    assert res.preview is not None and (res.preview.unchanged, res.preview.ambiguous) == (1, 1)

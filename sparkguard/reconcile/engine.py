@@ -5,7 +5,9 @@ How one reconciliation runs (comparison rules: ``docs/reconciliation.md``):
 1. **One scan per side.** Each side is projected once to narrow rows: partition, business
    keys, a side tag, a packed row counter and, for shadow and target, a 64-bit row hash of the
    exactly compared columns, their 32-bit column hashes packed two to a long, the float
-   columns, plus metric inputs and null flags. No other column leaves the scan.
+   columns, plus metric inputs (a sum over a compared float column reuses that column) and
+   one-bit flags (nulls of not-null columns, non-null inputs of counts and averages). No other
+   column leaves the scan.
 2. **One aggregation.** The projections are unioned and grouped by (partition, keys, tag): a
    shadow row and a target row of the same key land in one group, where the ``bit_xor`` of
    their hashes is zero exactly when the hashes are equal. Every level-1 aggregate is a sum,
@@ -264,42 +266,53 @@ def _code_sides(code: str) -> tuple[int, ...]:
     return (SHADOW, TARGET) if code == "s" else (int(code),)
 
 
-def _bits(spec: ReconcileSpec, lay: _Layout) -> list[tuple[str, int, str]]:
-    """One-bit inputs, packed 62 to a long: (``null``, not-null column, ``1``) and
-    (``count``, metric, code) -- a count needs only whether its input is null."""
-    bits = [("null", j, "1") for j in range(len(spec.not_null))]
+def _expr_of(spec: ReconcileSpec, i: int, code: str) -> str:
+    """Metric ``i``'s input expression for the sides of ``code``."""
+    return spec.metrics[i].source_expr if code == str(SOURCE) else spec.metrics[i].shadow_expr
+
+
+def _float_input(spec: ReconcileSpec, lay: _Layout, i: int, side: int) -> int | None:
+    """Index of the compared float column that metric ``i`` sums on ``side``, if its input is
+    that column: the level-1 per-side sum that the float comparison keeps serves the metric too,
+    so the value is not shuffled twice."""
+    m = spec.metrics[i]
+    if side == SOURCE or not lay.has_target or m.aggregation not in (Aggregation.SUM,
+                                                                     Aggregation.AVG):
+        return None
+    name = m.shadow_expr.strip().strip("`")
+    return lay.floats.index(name) if name in lay.floats else None
+
+
+def _bits(spec: ReconcileSpec, lay: _Layout) -> list[tuple[str, str, str]]:
+    """One-bit inputs, packed 62 to a long: (``null``, not-null column, ``1``) and (``count``,
+    expression, code) -- a count (and an average's count) needs only whether its input is null,
+    and metrics counting one expression share its bit."""
+    bits = [("null", c, "1") for c in spec.not_null]
     for i, m in enumerate(spec.metrics):
-        if m.aggregation is Aggregation.COUNT:
-            bits += [("count", i, code) for code in _codes(lay, i)]
-    return bits
+        if m.aggregation in (Aggregation.COUNT, Aggregation.AVG):
+            bits += [("count", _expr_of(spec, i, code), code) for code in _codes(lay, i)]
+    return list(dict.fromkeys(bits))
 
 
 def _metric_inputs(spec: ReconcileSpec, lay: _Layout, side: int) -> list[Column]:
-    """The side's metric values (one column per metric feeds its sum, count, min or max) and
-    its bit flags."""
+    """The side's metric values (one column per metric feeds its sum, min or max) and its bit
+    flags."""
     cols: list[Column] = []
     for i, m in enumerate(spec.metrics):
         if m.aggregation in (Aggregation.COUNT, Aggregation.COUNT_DISTINCT):
             continue
         code = next((c for c in _codes(lay, i) if side in _code_sides(c)), None)
-        if code is None:
+        if code is None or _float_input(spec, lay, i, side) is not None:
             continue
-        value = F.expr(m.source_expr if side == SOURCE else m.shadow_expr)
+        value = F.expr(_expr_of(spec, i, code))
         scale = lay.decimal_scale(i, side)
         if scale is not None and "sum" in _metric_parts(m.aggregation):
             value = (value * F.lit(10 ** scale)).cast("long")  # exact: at most 18 digits
         cols.append(value.alias(f"__sg_v{i}_{code}"))
-    flags = []
-    for pos, (kind, idx, code) in enumerate(_bits(spec, lay)):
-        if side not in _code_sides(code):
-            continue
-        if kind == "null":
-            is_set = F.col(spec.not_null[idx]).isNull()
-        else:
-            m = spec.metrics[idx]
-            is_set = F.expr(m.source_expr if side == SOURCE else m.shadow_expr).isNotNull()
-        flags.append((pos, is_set))
-    for block in range(0, len(_bits(spec, lay)), 62):
+    bits = _bits(spec, lay)
+    flags = [(pos, F.col(what).isNull() if kind == "null" else F.expr(what).isNotNull())
+             for pos, (kind, what, code) in enumerate(bits) if side in _code_sides(code)]
+    for block in range(0, len(bits), 62):
         terms = [F.when(is_set, F.lit(1 << (pos - block))).otherwise(F.lit(0))
                  for pos, is_set in flags if block <= pos < block + 62]
         if terms:
@@ -372,41 +385,52 @@ def _side_row(lay: _Layout, side: int) -> Column:
 
 
 def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[Column]:
-    """Level-1 aggregates over projected rows (only for the columns present)."""
+    """Level-1 aggregates over projected rows (only for the columns present). Equal aggregate
+    expressions under two names (a float column's per-side sum serving as a metric's sum, a
+    count bit shared by two metrics) are computed once by Spark."""
     aggs: list[Column] = [F.sum(_N).alias(_N)]
     have = set(columns)
     if _H in have:
         aggs.append(F.bit_xor(_H).alias(_H))
     aggs += [F.bit_xor(c).alias(c) for c in columns if c.startswith("__sg_c")]
+
+    def per_side(value: Column, side: int) -> Column:
+        return F.when(_side_row(lay, side), value)
+
     for j in range(len(lay.floats)):
-        if f"__sg_f{j}" in have:
-            aggs += [F.max(F.when(_side_row(lay, s), F.col(f"__sg_f{j}"))).alias(f"__sg_f{j}_{s}")
+        if f"__sg_f{j}" in have:  # a sum: the one value of a key with one row on the side
+            aggs += [F.sum(per_side(F.col(f"__sg_f{j}"), s)).alias(f"__sg_f{j}_{s}")
                      for s in (SHADOW, TARGET)]
+    bits = _bits(spec, lay)
+
+    def bit(what: tuple[str, str, str]) -> Column:
+        pos = bits.index(what)
+        return F.shiftright(F.col(f"__sg_b{pos // 62}"), pos % 62).bitwiseAND(F.lit(1))
+
     for i, m in enumerate(spec.metrics):
         for code in _codes(lay, i):
-            value = F.col(f"__sg_v{i}_{code}")
-            if f"__sg_v{i}_{code}" not in have:
-                continue
             for s in _code_sides(code):
-                v, name = F.when(_side_row(lay, s), value), f"__sg_m{i}_{s}"
+                name, fj = f"__sg_m{i}_{s}", _float_input(spec, lay, i, s)
+                col = f"__sg_f{fj}" if fj is not None else f"__sg_v{i}_{code}"
                 for part in _metric_parts(m.aggregation):
                     if part == "count":
-                        aggs.append(F.count(v).alias(f"{name}_count"))
-                    elif part == "sum" and lay.decimal_scale(i, s) is not None:
+                        what = ("count", _expr_of(spec, i, code), code)
+                        if f"__sg_b{bits.index(what) // 62}" in have:
+                            aggs.append(F.sum(per_side(bit(what), s)).alias(f"{name}_count"))
+                        continue
+                    if col not in have:
+                        continue
+                    v = per_side(F.col(col), s)
+                    if part == "sum" and lay.decimal_scale(i, s) is not None:
                         aggs += [F.sum(F.shiftright(v, 32)).alias(f"{name}_sum_dhi"),
                                  F.sum(v.bitwiseAND(F.lit(_LOW32))).alias(f"{name}_sum_dlo")]
                     else:
                         fn = {"sum": F.sum, "min": F.min, "max": F.max}[part]
                         aggs.append(fn(v).alias(f"{name}_{part}"))
-    for pos, (kind, idx, code) in enumerate(_bits(spec, lay)):
-        if f"__sg_b{pos // 62}" not in have:
-            continue
-        bit = F.shiftright(F.col(f"__sg_b{pos // 62}"), pos % 62).bitwiseAND(F.lit(1))
-        if kind == "null":
-            aggs.append(F.sum(bit).alias(f"__sg_z{idx}"))
-        else:
-            aggs += [F.sum(F.when(_side_row(lay, s), bit)).alias(f"__sg_m{idx}_{s}_count")
-                     for s in _code_sides(code)]
+    for j, c in enumerate(spec.not_null):
+        what = ("null", c, "1")
+        if f"__sg_b{bits.index(what) // 62}" in have:
+            aggs.append(F.sum(bit(what)).alias(f"__sg_z{j}"))
     return aggs
 
 
