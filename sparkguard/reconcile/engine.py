@@ -403,8 +403,11 @@ def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[
                      for s in (SHADOW, TARGET)]
     bits = _bits(spec, lay)
 
-    def bit(what: tuple[str, str, str]) -> Column:
+    def bit(what: tuple[str, str, str]) -> Column | None:
+        """The flag as 0/1, or None where these rows carry no block holding it."""
         pos = bits.index(what)
+        if f"__sg_b{pos // 62}" not in have:
+            return None
         return F.shiftright(F.col(f"__sg_b{pos // 62}"), pos % 62).bitwiseAND(F.lit(1))
 
     for i, m in enumerate(spec.metrics):
@@ -414,9 +417,9 @@ def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[
                 col = f"__sg_f{fj}" if fj is not None else f"__sg_v{i}_{code}"
                 for part in _metric_parts(m.aggregation):
                     if part == "count":
-                        what = ("count", _expr_of(spec, i, code), code)
-                        if f"__sg_b{bits.index(what) // 62}" in have:
-                            aggs.append(F.sum(per_side(bit(what), s)).alias(f"{name}_count"))
+                        flag = bit(("count", _expr_of(spec, i, code), code))
+                        if flag is not None:
+                            aggs.append(F.sum(per_side(flag, s)).alias(f"{name}_count"))
                         continue
                     if col not in have:
                         continue
@@ -428,9 +431,9 @@ def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[
                         fn = {"sum": F.sum, "min": F.min, "max": F.max}[part]
                         aggs.append(fn(v).alias(f"{name}_{part}"))
     for j, c in enumerate(spec.not_null):
-        what = ("null", c, "1")
-        if f"__sg_b{bits.index(what) // 62}" in have:
-            aggs.append(F.sum(bit(what)).alias(f"__sg_z{j}"))
+        flag = bit(("null", c, "1"))
+        if flag is not None:
+            aggs.append(F.sum(flag).alias(f"__sg_z{j}"))
     return aggs
 
 
@@ -639,8 +642,7 @@ def _distinct_frame(spec: ReconcileSpec, lay: _Layout,
     for side, df in frames.items():
         if df is None or not any(s == side for _i, s in lay.distinct):
             continue
-        mine = {name: spec.metrics[i].source_expr if side == SOURCE else spec.metrics[i].shadow_expr
-                for (i, s), name in cols.items() if s == side}
+        mine = {name: _expr_of(spec, i, str(side)) for (i, s), name in cols.items() if s == side}
         values = [(F.expr(mine[name]) if name in mine else F.lit(None).cast(dt)).alias(name)
                   for name, dt in types.items()]
         parts.append(df.select(F.lit(side).cast("byte").alias(_TAG), F.col(lay.p).alias(lay.p),
