@@ -214,6 +214,9 @@ def _yes(flag: Any) -> str:
 
 
 def _measured(value: Any) -> str:
+    if isinstance(value, dict) and "nan_or_infinite_rows" in value:
+        rows = ", ".join(f"{k} {v}" for k, v in value["nan_or_infinite_rows"].items())
+        return f"{value['value']} (NaN or infinite input rows: {rows})"
     if isinstance(value, dict) and "value" in value:
         pct = value.get("pct_diff")
         return f"{value['value']} (diff {value.get('abs_diff')}, {pct}%)"

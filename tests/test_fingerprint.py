@@ -98,3 +98,27 @@ def test_granted_records_do_not_feed_back_into_the_fingerprint():
     approved = plan.model_copy(update={"approvals": plan.approvals.model_copy(
         update={"granted": [rec]})})
     assert fingerprint(approved) == fingerprint(plan)
+
+
+# The fingerprint of ``valid_plan()`` before any field was added to the model after plans were
+# approved: a new field at its default must leave every existing plan's fingerprint (and so its
+# approvals) as it was. Update only for a change to ``valid_plan()`` itself.
+PINNED = "d1d81788e68bd223981fbf2342220c799cd4d3d3aa4c4231ad9b10bf81626ef4"
+
+
+def test_fields_added_later_keep_existing_fingerprints():
+    assert BASE == PINNED
+    assert '"nan"' not in canonical_content(load_plan_text(plan_yaml(valid_plan())))
+
+
+def _set_nan(rule: str):
+    def mutate(p):
+        for c in p["validation"]["checks"]:
+            if c["type"] == "metric_reconciliation":
+                c["nan"] = rule
+    return mutate
+
+
+def test_nan_rule_at_default_is_not_content_but_a_change_is():
+    assert _fp(_set_nan("fail")) == BASE
+    assert _fp(_set_nan("exclude")) != BASE

@@ -35,8 +35,10 @@ INF = math.inf
     (0, 5, (5.0, INF)),
     (100, 90, (10.0, 10.0)),
     (-200, -150, (50.0, 25.0)),
-    (math.nan, math.nan, (0.0, 0.0)),
+    (math.nan, math.nan, (INF, INF)),   # a NaN total never passes, not even against NaN
     (math.nan, 1.0, (INF, INF)),
+    (INF, INF, (INF, INF)),             # nor an infinite one
+    (-INF, 1.0, (INF, INF)),
 ])
 def test_deviation(expected: Any, measured: Any, out: tuple[float, float]) -> None:
     assert deviation(expected, measured) == out
@@ -59,7 +61,8 @@ def test_metric_partials_fold_and_finish() -> None:
     parts = combine_metric([{"sum": 10, "count": 2, "min": 3, "max": 7},
                             {"sum": None, "count": 0, "min": None, "max": None},
                             {"sum": Decimal("2.5"), "count": 1, "min": -1, "max": 4}])
-    assert parts == {"sum": Decimal("12.5"), "count": 3, "min": -1, "max": 7, "cd": None}
+    assert parts == {"sum": Decimal("12.5"), "count": 3, "min": -1, "max": 7, "cd": None,
+                     "nonfinite": 0}
     assert metric_value(Aggregation.SUM, parts) == Decimal("12.5")
     assert metric_value(Aggregation.AVG, parts) == pytest.approx(12.5 / 3)
     assert metric_value(Aggregation.MIN, parts) == -1

@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    JsonValue,
     Tag,
     field_validator,
     model_validator,
@@ -34,6 +35,7 @@ from sparkguard.sql import (
 )
 
 __all__ = [
+    "ADDED_LATER",
     "MAX_RANGE_DAYS",
     "AffectedWindow",
     "Aggregation",
@@ -47,6 +49,7 @@ __all__ = [
     "Execution",
     "ExecutionMode",
     "MergeSpec",
+    "NanRule",
     "Partitioning",
     "PlanDocument",
     "PlanValueError",
@@ -241,6 +244,18 @@ class Aggregation(str, Enum):
     MIN = "min"
     MAX = "max"
     AVG = "avg"
+
+
+class NanRule(str, Enum):
+    """What a ``sum``, ``avg``, ``min`` or ``max`` gate does with NaN and infinite inputs."""
+
+    FAIL = "fail"
+    EXCLUDE = "exclude"
+
+
+# Fields added after plans were approved: left out of the fingerprint while at their default,
+# so a plan that loaded before they existed keeps its fingerprint (and its approvals).
+ADDED_LATER: dict[str, JsonValue] = {"added_later": True}
 
 
 class Partitioning(_Frozen):
@@ -451,6 +466,11 @@ class Check(_Frozen):
     shadow_expr: str | None = Field(
         default=None, max_length=2000, description="SQL expression over shadow (target-shaped) columns.")
     per_partition: bool = Field(default=False, description="Also apply the threshold to each partition.")
+    nan: NanRule = Field(
+        default=NanRule.FAIL, json_schema_extra=ADDED_LATER,
+        description="NaN or infinite inputs of a sum/avg/min/max metric: fail (default: the gate fails "
+            "naming the side and the count) | exclude (compare the finite values, and the count of "
+            "NaN and infinite rows per side separately).")
 
     @field_validator("source_expr", "shadow_expr")
     @classmethod

@@ -41,7 +41,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from sparkguard.plan.model import Aggregation
+from sparkguard.plan.model import Aggregation, NanRule
 from sparkguard.reconcile.gates import build_gates
 from sparkguard.reconcile.spec import ColumnInfo, ReconcileSpec
 from sparkguard.reconcile.verdicts import EXACT, ChangePreview, ReconcileResult, fold_partial
@@ -277,21 +277,65 @@ def _float_input(spec: ReconcileSpec, lay: _Layout, i: int, side: int) -> int | 
     so the value is not shuffled twice."""
     m = spec.metrics[i]
     if side == SOURCE or not lay.has_target or m.aggregation not in (Aggregation.SUM,
-                                                                     Aggregation.AVG):
+                                                                     Aggregation.AVG) \
+            or m.nan is NanRule.EXCLUDE:  # the compared column's sum keeps its NaN values
         return None
     name = m.shadow_expr.strip().strip("`")
     return lay.floats.index(name) if name in lay.floats else None
 
 
+_NAN_RULED = (Aggregation.SUM, Aggregation.AVG, Aggregation.MIN, Aggregation.MAX)
+
+
+def _float_code(lay: _Layout, i: int, code: str) -> bool:
+    """Whether metric ``i``'s input for the sides of ``code`` is a float or double (the only
+    types that hold NaN and infinities)."""
+    return isinstance(lay.metric_type(i, _code_sides(code)[0]), _FLOATS)
+
+
+def _excluding(spec: ReconcileSpec, lay: _Layout, i: int, code: str) -> bool:
+    """Metric ``i`` leaves NaN and infinite inputs out of its value on the sides of ``code``."""
+    m = spec.metrics[i]
+    return m.nan is NanRule.EXCLUDE and m.aggregation in _NAN_RULED and _float_code(lay, i, code)
+
+
+def _count_bit(spec: ReconcileSpec, lay: _Layout, i: int, code: str) -> tuple[str, str, str]:
+    """The flag a count (or an average's count) of metric ``i`` sums: non-null inputs, or
+    finite ones where the metric excludes NaN and infinities."""
+    kind = "finite" if _excluding(spec, lay, i, code) else "count"
+    return kind, _expr_of(spec, i, code), code
+
+
 def _bits(spec: ReconcileSpec, lay: _Layout) -> list[tuple[str, str, str]]:
-    """One-bit inputs, packed 62 to a long: (``null``, not-null column, ``1``) and (``count``,
+    """One-bit inputs, packed 62 to a long: (``null``, not-null column, ``1``), (``count``,
     expression, code) -- a count (and an average's count) needs only whether its input is null,
-    and metrics counting one expression share its bit."""
+    and metrics counting one expression share its bit -- (``finite``, ...) for the counts of
+    metrics excluding NaN and infinities, and (``nonfinite``, ...) where a sum, average, min or
+    max has a float input: its NaN and infinite rows are counted on every side."""
     bits = [("null", c, "1") for c in spec.not_null]
     for i, m in enumerate(spec.metrics):
-        if m.aggregation in (Aggregation.COUNT, Aggregation.AVG):
-            bits += [("count", _expr_of(spec, i, code), code) for code in _codes(lay, i)]
+        for code in _codes(lay, i):
+            if m.aggregation in (Aggregation.COUNT, Aggregation.AVG):
+                bits.append(_count_bit(spec, lay, i, code))
+            if m.aggregation in _NAN_RULED and _float_code(lay, i, code):
+                bits.append(("nonfinite", _expr_of(spec, i, code), code))
     return list(dict.fromkeys(bits))
+
+
+def _nonfinite(value: Column) -> Column:
+    """NaN, +inf or -inf (false for null)."""
+    return F.coalesce(F.isnan(value) | (F.abs(value) == F.lit(float("inf"))), F.lit(False))
+
+
+def _flag(kind: str, what: str) -> Column:
+    if kind == "null":
+        return F.col(what).isNull()
+    value = F.expr(what)
+    if kind == "nonfinite":
+        return _nonfinite(value)
+    if kind == "finite":
+        return value.isNotNull() & ~_nonfinite(value)
+    return value.isNotNull()
 
 
 def _metric_inputs(spec: ReconcileSpec, lay: _Layout, side: int) -> list[Column]:
@@ -305,12 +349,14 @@ def _metric_inputs(spec: ReconcileSpec, lay: _Layout, side: int) -> list[Column]
         if code is None or _float_input(spec, lay, i, side) is not None:
             continue
         value = F.expr(_expr_of(spec, i, code))
+        if _excluding(spec, lay, i, code):
+            value = F.when(~_nonfinite(value), value)
         scale = lay.decimal_scale(i, side)
         if scale is not None and "sum" in _metric_parts(m.aggregation):
             value = (value * F.lit(10 ** scale)).cast("long")  # exact: at most 18 digits
         cols.append(value.alias(f"__sg_v{i}_{code}"))
     bits = _bits(spec, lay)
-    flags = [(pos, F.col(what).isNull() if kind == "null" else F.expr(what).isNotNull())
+    flags = [(pos, _flag(kind, what))
              for pos, (kind, what, code) in enumerate(bits) if side in _code_sides(code)]
     for block in range(0, len(bits), 62):
         terms = [F.when(is_set, F.lit(1 << (pos - block))).otherwise(F.lit(0))
@@ -415,9 +461,13 @@ def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[
             for s in _code_sides(code):
                 name, fj = f"__sg_m{i}_{s}", _float_input(spec, lay, i, s)
                 col = f"__sg_f{fj}" if fj is not None else f"__sg_v{i}_{code}"
+                if m.aggregation in _NAN_RULED and _float_code(lay, i, code):
+                    flag = bit(("nonfinite", _expr_of(spec, i, code), code))
+                    if flag is not None:
+                        aggs.append(F.sum(per_side(flag, s)).alias(f"{name}_nonfin"))
                 for part in _metric_parts(m.aggregation):
                     if part == "count":
-                        flag = bit(("count", _expr_of(spec, i, code), code))
+                        flag = bit(_count_bit(spec, lay, i, code))
                         if flag is not None:
                             aggs.append(F.sum(per_side(flag, s)).alias(f"{name}_count"))
                         continue
@@ -736,7 +786,8 @@ def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any]
             name = f"m{i}_{_SIDE_NAMES[s]}"
             parts = {"count": int(r.get(f"__sg_m{i}_{s}_count") or 0),
                      "sum": _sum_of(lay, r, i, s), "min": r.get(f"__sg_m{i}_{s}_min"),
-                     "max": r.get(f"__sg_m{i}_{s}_max"), "cd": None}
+                     "max": r.get(f"__sg_m{i}_{s}_max"), "cd": None,
+                     "nonfinite": int(r.get(f"__sg_m{i}_{s}_nonfin") or 0)}
             if m.aggregation is Aggregation.COUNT_DISTINCT and (i, s) in lay.distinct:
                 # per partition only where checked per partition: else unknown, not zero
                 parts["cd"] = distinct[1].get((i, s, part), 0) if m.per_partition else None

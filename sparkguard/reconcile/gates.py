@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from sparkguard.plan.model import Aggregation
+from sparkguard.plan.model import Aggregation, NanRule
 from sparkguard.reconcile.spec import MetricSpec, ReconcileSpec, ThresholdSpec
 from sparkguard.reconcile.verdicts import (
     GateResult,
@@ -41,11 +41,13 @@ def metric_value(agg: Aggregation, parts: Mapping[str, Any]) -> Any:
 
 def combine_metric(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Combine per-partition partials into window partials (sum/count add, min/max fold)."""
-    out: dict[str, Any] = {"sum": None, "count": 0, "min": None, "max": None, "cd": None}
+    out: dict[str, Any] = {"sum": None, "count": 0, "min": None, "max": None, "cd": None,
+                           "nonfinite": 0}
     for r in rows:
         for how in ("sum", "min", "max"):
             out[how] = fold_partial(how, out[how], r.get(how))
         out["count"] += r.get("count") or 0
+        out["nonfinite"] += r.get("nonfinite") or 0
         if r.get("cd") is not None:
             out["cd"] = (out["cd"] or 0) + r["cd"]
     return out
@@ -168,13 +170,43 @@ def _metric_gates(i: int, m: MetricSpec, rows: Sequence[Mapping[str, Any]],
         got_parts["cd"] = rows[0].get(f"m{i}_shadow_window_cd") if rows else 0
     label = f"{m.aggregation.value}({m.shadow_expr}) shadow vs {m.aggregation.value}" \
             f"({m.source_expr if ref == 'source' else m.shadow_expr}) {ref}"
-    out = [_compare_gate(f"metric_reconciliation[{m.name}]", "metric_reconciliation",
-                         metric_value(m.aggregation, exp_parts),
-                         metric_value(m.aggregation, got_parts), m.threshold, label)]
+    out = _metric_pair(m, ref, label, exp_parts, got_parts, None)
     if m.per_partition:
-        for s in stats:
-            vals = s.metrics[m.name]
-            out.append(_compare_gate(f"metric_reconciliation[{m.name}]",
-                                     "metric_reconciliation", vals[ref], vals["shadow"],
-                                     m.threshold, label, s.partition))
+        for r, s in zip(rows, stats, strict=True):
+            out += _metric_pair(m, ref, label, r.get(f"m{i}_{ref}") or {},
+                                r.get(f"m{i}_shadow") or {}, s.partition)
     return out
+
+
+def _metric_pair(m: MetricSpec, ref: str, label: str, exp_parts: Mapping[str, Any],
+                 got_parts: Mapping[str, Any], partition: str | None) -> list[GateResult]:
+    """The metric's gate (window or one partition) under the NaN rule: with ``nan: fail`` a NaN
+    or infinite input on either side fails it; with ``nan: exclude`` the values are over finite
+    inputs and the NaN/infinite row counts get a gate of their own."""
+    name = f"metric_reconciliation[{m.name}]"
+    expected = metric_value(m.aggregation, exp_parts)
+    measured = metric_value(m.aggregation, got_parts)
+    nonfinite = {ref: int(exp_parts.get("nonfinite") or 0),
+                 "shadow": int(got_parts.get("nonfinite") or 0)}
+    if m.nan is NanRule.EXCLUDE:
+        return [_compare_gate(name, "metric_reconciliation", expected, measured, m.threshold,
+                              f"{label} (finite values)", partition),
+                _compare_gate(f"{name}.nan_or_infinite_rows", "metric_reconciliation",
+                              nonfinite[ref], nonfinite["shadow"], ThresholdSpec(),
+                              f"NaN or infinite rows of {m.shadow_expr} in the shadow vs "
+                              f"{m.source_expr if ref == 'source' else m.shadow_expr} in the "
+                              f"{ref}", partition)]
+    if not any(nonfinite.values()):
+        return [_compare_gate(name, "metric_reconciliation", expected, measured, m.threshold,
+                              label, partition)]
+    where = f" in partition {partition}" if partition else ""
+    sides = " and ".join(f"the {side} has {n} NaN or infinite input row(s)"
+                         for side, n in nonfinite.items() if n)
+    return [GateResult(
+        gate=name, check_type="metric_reconciliation", passed=False,
+        measured={"value": measured, "nan_or_infinite_rows": nonfinite},
+        expected=expected, threshold=m.threshold.describe(), partition=partition,
+        reason=(f"{label}{where}: {sides}, so the {m.aggregation.value} is not a number that "
+                f"can be compared (a NaN or infinite total hides every other difference); fix "
+                f"those rows, or set `nan: exclude` on this check to compare the finite values "
+                f"and the NaN/infinite row counts separately"))]

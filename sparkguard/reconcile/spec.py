@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sparkguard.plan.model import Aggregation, BackfillPlan, CheckType, Contract, TargetSpec
+from sparkguard.plan.model import Aggregation, BackfillPlan, CheckType, Contract, NanRule, TargetSpec
 from sparkguard.reconcile.verdicts import GateResult
 from sparkguard.sql import PartitionType
 
@@ -45,6 +45,7 @@ class MetricSpec:
     shadow_expr: str
     threshold: ThresholdSpec
     per_partition: bool = False
+    nan: NanRule = NanRule.FAIL
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
             name = check.metric or f"metric_{len(metrics) + 1}"
             src = check.source_expr or check.shadow_expr or name
             shd = check.shadow_expr or check.source_expr or name
-            metrics.append(MetricSpec(name, check.aggregation, src, shd, thr, check.per_partition))
+            metrics.append(MetricSpec(name, check.aggregation, src, shd, thr, check.per_partition,
+                                      check.nan))
     not_null = tuple(dict.fromkeys([*target.contract.not_null,
                                     *(c.name for c in target.contract.columns if not c.nullable)]))
     return ReconcileSpec(

@@ -50,7 +50,9 @@ def deviation(expected: Number | None, measured: Number | None) -> tuple[float, 
     """Absolute and percent deviation of ``measured`` from ``expected``.
 
     Percent is relative to ``|expected|``; 0 vs 0 is 0 %, anything vs 0 is infinite.
-    A null on exactly one side is an infinite deviation; nulls on both sides are equal.
+    A null on exactly one side is an infinite deviation; nulls on both sides are equal. A NaN or
+    infinite value on either side is an infinite deviation, equal or not: such a total hides
+    every other difference, so it never passes a threshold.
     Integers and decimals are subtracted exactly before the result becomes a float, so one cent
     on a 20-digit total is still a deviation.
     """
@@ -66,9 +68,7 @@ def deviation(expected: Number | None, measured: Number | None) -> tuple[float, 
             return float(diff), math.inf
         return float(diff), float(EXACT.multiply(EXACT.divide(diff, EXACT.abs(Decimal(expected))), 100))
     e, m = float(expected), float(measured)
-    if math.isnan(e) and math.isnan(m):
-        return 0.0, 0.0
-    if math.isnan(e) or math.isnan(m):
+    if not (math.isfinite(e) and math.isfinite(m)):
         return math.inf, math.inf
     absolute = abs(m - e)
     if absolute == 0:
