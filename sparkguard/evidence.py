@@ -284,22 +284,30 @@ def _partition_table(data: dict[str, Any], target: dict[str, Any]) -> list[str]:
     rows_panel, metric_panels = mine[0], mine[1:]
     metrics = [p.title.split(": ", 1)[1] for p in metric_panels]
     head = ["partition", "rows source / shadow / target", "rows vs source",
-            *(f"{m} vs source" for m in metrics), *(f"{m} change vs target" for m in metrics)]
+            *(f"{m} vs source" for m in metrics),
+            *(f"{m}: target -> after promotion" for m in metrics)]
     stats = {str(s["partition"]): s for s in _stats_of(target)}
-    lines = ["", "Per partition: the gate's measure (shadow vs source of truth) and what the "
-             "promotion changes (shadow vs the target before promotion).", "",
+    lines = ["", "Per partition: the gate's measure (shadow vs source of truth) and how each "
+             "metric moves when the promotion replaces the current target (the drift).", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, part in enumerate(rows_panel.partitions[:_MAX_PARTITION_ROWS]):
         s = stats[part]
         cells = [part, f"{s.get('rows_source')} / {s.get('rows_shadow')} / {s.get('rows_target')}",
                  _flagged(rows_panel, i),
                  *(_flagged(p, i) for p in metric_panels),
-                 *(_pct(p.changes_pct[i], signed=True) for p in metric_panels)]
+                 *(_move(s, m, p.changes_pct[i]) for m, p in zip(metrics, metric_panels,
+                                                                  strict=True))]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     if len(rows_panel.partitions) > _MAX_PARTITION_ROWS:
         lines.append(f"\n{len(rows_panel.partitions) - _MAX_PARTITION_ROWS} more partition(s) "
                      "in the YAML.")
     return lines
+
+
+def _move(stats: dict[str, Any], metric: str, pct: float | None) -> str:
+    """A metric's drift in one partition: ``before -> after (+x%)``."""
+    values = (stats.get("metrics") or {}).get(metric) or {}
+    return f"{values.get('target')} -> {values.get('shadow')} ({_pct(pct, signed=True)})"
 
 
 def _stats_of(target: dict[str, Any]) -> list[dict[str, Any]]:

@@ -316,8 +316,10 @@ def _safeguards(plan: BackfillPlan, c: _Collector) -> None:
 
 
 _IGNORED: dict[CheckType, tuple[str, ...]] = {
-    CheckType.ROW_COUNT_PARITY: ("metric", "key_columns", "source_expr", "shadow_expr"),
-    CheckType.DUPLICATE_CHECK: ("metric", "source_expr", "shadow_expr", "per_partition"),
+    CheckType.ROW_COUNT_PARITY: ("metric", "key_columns", "source_expr", "shadow_expr",
+                                 "drift_threshold_percent", "drift_threshold_absolute"),
+    CheckType.DUPLICATE_CHECK: ("metric", "source_expr", "shadow_expr", "per_partition",
+                                "drift_threshold_percent", "drift_threshold_absolute"),
     CheckType.METRIC_RECONCILIATION: ("key_columns",),
 }
 

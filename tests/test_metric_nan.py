@@ -171,3 +171,27 @@ def test_plan_check_carries_the_rule_to_the_spec() -> None:
     metric_checks[0]["nan"] = "ignore"
     with pytest.raises(Exception, match="nan"):
         load_plan_text(plan_yaml(data))
+
+
+# -- drift: the current target against the shadow ----------------------------------------------
+
+def test_drift_gate_compares_the_current_target_with_the_shadow(spark: Any) -> None:
+    src = [(D1, 1, 10.0, None), (D2, 2, 20.0, None)]
+    shd = [(D1, 1, 10.0, None), (D2, 2, 20.0, None)]
+    target = [(D1, 1, 10.0, None), (D2, 2, 200.0, None)]  # published numbers: D2 x10
+    m = MetricSpec("m", Aggregation.SUM, "x", "x", ThresholdSpec(percent=0.0), False,
+                   NanRule.FAIL, ThresholdSpec(percent=5.0))
+    res = run(spark, spec(m), source=src, shadow=shd, target=target)
+    assert gate(res).passed  # the shadow matches the source
+    window = gate(res, "metric_drift[m]")
+    assert not window.passed and (window.expected, window.measured["value"]) == (210.0, 30.0)
+    assert window.check_type == "metric_drift"
+    assert gate(res, "metric_drift[m]", str(D1)).passed
+    d2 = gate(res, "metric_drift[m]", str(D2))
+    assert not d2.passed and (d2.expected, d2.measured["value"]) == (200.0, 20.0)
+    # without a drift threshold the move is reported (per partition, target side) but not gated
+    plain = run(spark, spec(metric(threshold=ThresholdSpec(percent=0.0))), source=src,
+                shadow=shd, target=target)
+    assert plain.passed and not [g for g in plain.gates if g.gate.startswith("metric_drift")]
+    assert {p.partition: p.metrics["m"]["target"] for p in plain.partitions} == {
+        str(D1): 10.0, str(D2): 200.0}

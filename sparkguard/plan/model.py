@@ -466,6 +466,13 @@ class Check(_Frozen):
     shadow_expr: str | None = Field(
         default=None, max_length=2000, description="SQL expression over shadow (target-shaped) columns.")
     per_partition: bool = Field(default=False, description="Also apply the threshold to each partition.")
+    drift_threshold_percent: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, json_schema_extra=ADDED_LATER,
+        description="metric_reconciliation only: also gate the metric's move from the current "
+            "target to the shadow (per window and partition), in percent of the target's value.")
+    drift_threshold_absolute: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, json_schema_extra=ADDED_LATER,
+        description="Like drift_threshold_percent, as an absolute difference.")
     nan: NanRule = Field(
         default=NanRule.FAIL, json_schema_extra=ADDED_LATER,
         description="NaN or infinite inputs of a sum/avg/min/max metric: fail (default: the gate fails "

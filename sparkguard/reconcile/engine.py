@@ -744,7 +744,7 @@ def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]],
     order = list(dict.fromkeys([*wanted, *sorted(per_part, key=str)]))
     rows = [_gate_row(spec, lay, part, per_part.get(part, {}), distinct) for part in order]
     extra = {what: alt_dups.get(t, 0) for t, what in lay.alt_dups}
-    stats, gates = build_gates(spec, rows, source is not None, extra)
+    stats, gates = build_gates(spec, rows, source is not None, extra, target is not None)
     samples = _pick_samples(lay, per_part, spec.sample_size)
     fetched = _fetch(lay, samples, shadow, target, source)
     preview = None

@@ -93,8 +93,9 @@ def _compare_gate(name: str, check_type: str, expected: Any, measured: Any, thr:
 
 def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_source: bool,
                 extra_duplicates: Mapping[tuple[str, ...], int] | None = None,
-                ) -> tuple[list[PartitionStats], list[GateResult]]:
-    """Gates from per-partition rows.
+                has_target: bool = False) -> tuple[list[PartitionStats], list[GateResult]]:
+    """Gates from per-partition rows; with ``has_target``, also the drift gates (current
+    target against the shadow) of the metrics that ask for one.
 
     Each row: ``partition`` (str), ``rows_<side>``, ``dup_shadow``, ``dup_source``,
     ``null_<col>``, and for each metric ``m<i>_<side>`` a dict of partials.
@@ -151,6 +152,8 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
                 reason=f"{n} key(s) ({', '.join(cols)}) occur more than once in the shadow"))
     for i, m in enumerate(spec.metrics):
         gates.extend(_metric_gates(i, m, rows, stats, ref))
+        if m.drift is not None and has_target and ref != "target":
+            gates.extend(_metric_gates(i, m, rows, stats, "target", drift=True))
     for col in spec.not_null:
         n = sum(s.nulls.get(col, 0) for s in stats)
         gates.append(GateResult(
@@ -161,7 +164,10 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
 
 
 def _metric_gates(i: int, m: MetricSpec, rows: Sequence[Mapping[str, Any]],
-                  stats: Sequence[PartitionStats], ref: str) -> list[GateResult]:
+                  stats: Sequence[PartitionStats], ref: str, drift: bool = False
+                  ) -> list[GateResult]:
+    """Metric ``i``'s gates against ``ref``, for the window and (where checked per partition,
+    or for drift wherever the partition's value is known) per partition."""
     exp_parts = combine_metric([r.get(f"m{i}_{ref}") or {} for r in rows])
     got_parts = combine_metric([r.get(f"m{i}_shadow") or {} for r in rows])
     if m.aggregation is Aggregation.COUNT_DISTINCT:
@@ -170,42 +176,46 @@ def _metric_gates(i: int, m: MetricSpec, rows: Sequence[Mapping[str, Any]],
         got_parts["cd"] = rows[0].get(f"m{i}_shadow_window_cd") if rows else 0
     label = f"{m.aggregation.value}({m.shadow_expr}) shadow vs {m.aggregation.value}" \
             f"({m.source_expr if ref == 'source' else m.shadow_expr}) {ref}"
-    out = _metric_pair(m, ref, label, exp_parts, got_parts, None)
-    if m.per_partition:
+    out = _metric_pair(m, ref, label, exp_parts, got_parts, None, drift)
+    if m.per_partition or (drift and m.aggregation is not Aggregation.COUNT_DISTINCT):
         for r, s in zip(rows, stats, strict=True):
             out += _metric_pair(m, ref, label, r.get(f"m{i}_{ref}") or {},
-                                r.get(f"m{i}_shadow") or {}, s.partition)
+                                r.get(f"m{i}_shadow") or {}, s.partition, drift)
     return out
 
 
 def _metric_pair(m: MetricSpec, ref: str, label: str, exp_parts: Mapping[str, Any],
-                 got_parts: Mapping[str, Any], partition: str | None) -> list[GateResult]:
+                 got_parts: Mapping[str, Any], partition: str | None, drift: bool = False
+                 ) -> list[GateResult]:
     """The metric's gate (window or one partition) under the NaN rule: with ``nan: fail`` a NaN
     or infinite input on either side fails it; with ``nan: exclude`` the values are over finite
-    inputs and the NaN/infinite row counts get a gate of their own."""
-    name = f"metric_reconciliation[{m.name}]"
+    inputs and the NaN/infinite row counts get a gate of their own. ``drift``: the gate of the
+    move from the current target to the shadow, under the drift threshold."""
+    name = f"metric_{'drift' if drift else 'reconciliation'}[{m.name}]"
+    threshold = m.drift if drift and m.drift is not None else m.threshold
+    kind = "metric_drift" if drift else "metric_reconciliation"
     expected = metric_value(m.aggregation, exp_parts)
     measured = metric_value(m.aggregation, got_parts)
     nonfinite = {ref: int(exp_parts.get("nonfinite") or 0),
                  "shadow": int(got_parts.get("nonfinite") or 0)}
     if m.nan is NanRule.EXCLUDE:
-        return [_compare_gate(name, "metric_reconciliation", expected, measured, m.threshold,
+        return [_compare_gate(name, kind, expected, measured, threshold,
                               f"{label} (finite values)", partition),
-                _compare_gate(f"{name}.nan_or_infinite_rows", "metric_reconciliation",
+                _compare_gate(f"{name}.nan_or_infinite_rows", kind,
                               nonfinite[ref], nonfinite["shadow"], ThresholdSpec(),
                               f"NaN or infinite rows of {m.shadow_expr} in the shadow vs "
                               f"{m.source_expr if ref == 'source' else m.shadow_expr} in the "
                               f"{ref}", partition)]
     if not any(nonfinite.values()):
-        return [_compare_gate(name, "metric_reconciliation", expected, measured, m.threshold,
+        return [_compare_gate(name, kind, expected, measured, threshold,
                               label, partition)]
     where = f" in partition {partition}" if partition else ""
     sides = " and ".join(f"the {side} has {n} NaN or infinite input row(s)"
                          for side, n in nonfinite.items() if n)
     return [GateResult(
-        gate=name, check_type="metric_reconciliation", passed=False,
+        gate=name, check_type=kind, passed=False,
         measured={"value": measured, "nan_or_infinite_rows": nonfinite},
-        expected=expected, threshold=m.threshold.describe(), partition=partition,
+        expected=expected, threshold=threshold.describe(), partition=partition,
         reason=(f"{label}{where}: {sides}, so the {m.aggregation.value} is not a number that "
                 f"can be compared (a NaN or infinite total hides every other difference); fix "
                 f"those rows, or set `nan: exclude` on this check to compare the finite values "

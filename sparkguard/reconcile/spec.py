@@ -46,6 +46,7 @@ class MetricSpec:
     threshold: ThresholdSpec
     per_partition: bool = False
     nan: NanRule = NanRule.FAIL
+    drift: ThresholdSpec | None = None  # a gate on the move from the current target to the shadow
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,11 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
             name = check.metric or f"metric_{len(metrics) + 1}"
             src = check.source_expr or check.shadow_expr or name
             shd = check.shadow_expr or check.source_expr or name
+            drift = None
+            if check.drift_threshold_percent is not None or check.drift_threshold_absolute is not None:
+                drift = ThresholdSpec(check.drift_threshold_percent, check.drift_threshold_absolute)
             metrics.append(MetricSpec(name, check.aggregation, src, shd, thr, check.per_partition,
-                                      check.nan))
+                                      check.nan, drift))
     not_null = tuple(dict.fromkeys([*target.contract.not_null,
                                     *(c.name for c in target.contract.columns if not c.nullable)]))
     return ReconcileSpec(
