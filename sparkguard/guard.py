@@ -59,6 +59,8 @@ RULES: dict[str, tuple[Severity, str]] = {
     "thresholds_undefined": (Severity.BLOCK, "no checks, or a parity/metric check without "
                              "threshold"),
     "gate_missing": (Severity.BLOCK, "no row_count_parity or no duplicate_check"),
+    "reference_unsupported": (Severity.BLOCK, "a target's checks name a reference query, which "
+                              "this version does not run"),
     "metric_gate_missing": (Severity.WARN, "no metric_reconciliation check"),
     "metric_undefined": (Severity.BLOCK, "metric check without name or per-side expression"),
     "check_duplicated": (Severity.BLOCK, "row_count_parity twice or a metric name twice"),
@@ -325,34 +327,45 @@ _IGNORED: dict[CheckType, tuple[str, ...]] = {
 
 
 def _checks(plan: BackfillPlan, c: _Collector) -> None:
-    checks = plan.validation.checks
+    _check_list(plan, plan.validation.checks, "validation.checks", c)
+    for j, t in enumerate(plan.target_specs()):
+        if t.validation is None:
+            continue
+        if t.validation.checks:
+            _check_list(plan, t.validation.checks, f"targets[{j}].validation.checks", c)
+        if t.validation.reference is not None:
+            c.add("reference_unsupported", f"targets[{j}].validation.reference",
+                  "a reference query for a target's checks is not run by this version",
+                  "remove it: the target's checks then compare with the source of truth")
+
+
+def _check_list(plan: BackfillPlan, checks: list[Check], where: str, c: _Collector) -> None:
     if not checks:
-        c.add("thresholds_undefined", "validation.checks", "no reconciliation checks",
+        c.add("thresholds_undefined", where, "no reconciliation checks",
               "add row_count_parity, duplicate_check and metric_reconciliation checks")
         return
     types = [k.type for k in checks]
     for needed in (CheckType.ROW_COUNT_PARITY, CheckType.DUPLICATE_CHECK):
         if needed not in types:
-            c.add("gate_missing", "validation.checks", f"no {needed.value} check",
+            c.add("gate_missing", where, f"no {needed.value} check",
                   f"add a {needed.value} check (a minimum gate of the checklist)")
     if CheckType.METRIC_RECONCILIATION not in types:
-        c.add("metric_gate_missing", "validation.checks", "no metric_reconciliation check",
+        c.add("metric_gate_missing", where, "no metric_reconciliation check",
               "reconcile at least one business-critical aggregate")
     if types.count(CheckType.ROW_COUNT_PARITY) > 1:
-        c.add("check_duplicated", "validation.checks", "row_count_parity is declared twice",
+        c.add("check_duplicated", where, "row_count_parity is declared twice",
               "keep one row_count_parity check")
     metrics: list[str] = []
     for i, k in enumerate(checks):
-        _check(plan, i, k, c)
+        _check(plan, f"{where}[{i}]", k, c)
         if k.type is CheckType.METRIC_RECONCILIATION and k.metric:
             if k.metric in metrics:
-                c.add("check_duplicated", f"validation.checks[{i}].metric",
+                c.add("check_duplicated", f"{where}[{i}].metric",
                       f"metric {k.metric!r} is declared twice", "give each metric its own name")
             metrics.append(k.metric)
 
 
-def _check(plan: BackfillPlan, i: int, k: Check, c: _Collector) -> None:
-    path = f"validation.checks[{i}]"
+def _check(plan: BackfillPlan, path: str, k: Check, c: _Collector) -> None:
     if k.type is not CheckType.DUPLICATE_CHECK and k.threshold_percent is None \
             and k.threshold_absolute is None:
         c.add("thresholds_undefined", f"{path}.threshold_percent", f"{k.type.value} has no threshold",
@@ -363,7 +376,7 @@ def _check(plan: BackfillPlan, i: int, k: Check, c: _Collector) -> None:
         if not (k.source_expr and k.shadow_expr):
             side = "source_expr" if not k.source_expr else "shadow_expr"
             c.add("metric_undefined", f"{path}.{side}",
-                  f"metric {k.metric or i!r} needs an expression per side (source_expr and "
+                  f"metric {k.metric or path!r} needs an expression per side (source_expr and "
                   "shadow_expr)", "give the SQL expression computing it on each side")
     for name in _IGNORED[k.type]:
         if getattr(k, name) not in (None, False):

@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 
 from sparkguard import delta_ops
 from sparkguard.guard import Finding, Severity, window_partitions
-from sparkguard.plan.model import BackfillPlan, CheckType, TargetSpec
+from sparkguard.plan.model import BackfillPlan, Check, CheckType, TargetSpec
 from sparkguard.sql import PartitionType, TableRef, window_predicate
 
 __all__ = ["LIVE_RULES", "live_findings", "retention_days"]
@@ -109,8 +109,21 @@ class _Live:
                      f"source: {missing[:10]}", "fix the window or load the source first")
         self.add("blast_radius", "affected_window",
                  f"source: {sum(counts.values())} rows in {len(self.parts)} window partition(s)")
-        self._metric_exprs(src, "source_expr")
+        for where, checks in self._check_sets():
+            self._metric_exprs(src, "source_expr", checks, where)
         return src
+
+    def _check_sets(self) -> list[tuple[str, list[Check]]]:
+        """The plan's checks and each target's own, with the path each is written at."""
+        own = [(f"targets[{j}].validation.checks", t.validation.checks)
+               for j, t in enumerate(self.plan.target_specs())
+               if t.validation is not None and t.validation.checks]
+        return [("validation.checks", self.plan.validation.checks), *own]
+
+    def _checks_of(self, i: int, t: TargetSpec) -> tuple[str, list[Check]]:
+        if t.validation is not None and t.validation.checks:
+            return f"targets[{i}].validation.checks", t.validation.checks
+        return "validation.checks", self.plan.validation.checks
 
     def target(self, i: int, t: TargetSpec, src: DataFrame | None) -> None:
         ref = TableRef.parse(t.dataset)
@@ -127,11 +140,12 @@ class _Live:
                 self.add("column_missing", f"{path}.business_keys[{j}]",
                          f"target {ref.display!r} has no column {k!r}",
                          f"use one of {sorted(names)[:20]}")
-        for ci, check in enumerate(self.plan.validation.checks):
+        where, checks = self._checks_of(i, t)
+        for ci, check in enumerate(checks):
             if check.type is CheckType.DUPLICATE_CHECK:
                 for k in check.key_columns or []:
                     if k not in names:
-                        self.add("column_missing", f"validation.checks[{ci}].key_columns",
+                        self.add("column_missing", f"{where}[{ci}].key_columns",
                                  f"target {ref.display!r} has no column {k!r}",
                                  f"use one of {sorted(names)[:20]}")
         detail = self._table(ref).detail().select("partitionColumns", "properties").first()
@@ -140,7 +154,7 @@ class _Live:
                      f"target {ref.display!r} is not partitioned by {self.p!r}; the window "
                      "replacement rewrites files across the table", "partition it by the column")
         self._retention(path, ref, dict(detail["properties"] or {}) if detail else {})
-        self._metric_exprs(df, "shadow_expr", f"target {ref.display!r}")
+        self._metric_exprs(df, "shadow_expr", checks, where, f"target {ref.display!r}")
         if src is not None:
             self._transform(path, t, src)
         if part_ok:
@@ -173,15 +187,16 @@ class _Live:
                      "raise the retention (ALTER TABLE ... SET TBLPROPERTIES) or lower "
                      "safeguards.rollback_horizon_days deliberately")
 
-    def _metric_exprs(self, df: DataFrame, side: str, what: str = "source") -> None:
-        for i, check in enumerate(self.plan.validation.checks):
+    def _metric_exprs(self, df: DataFrame, side: str, checks: list[Check], where: str,
+                      what: str = "source") -> None:
+        for i, check in enumerate(checks):
             expr = getattr(check, side)
             if check.type is not CheckType.METRIC_RECONCILIATION or not expr:
                 continue
             try:
                 _analyse(df.select(F.expr(expr)))
             except Exception as exc:
-                self.add("metric_expr_invalid", f"validation.checks[{i}].{side}",
+                self.add("metric_expr_invalid", f"{where}[{i}].{side}",
                          f"{expr!r} does not resolve on the {what}: {_first_line(exc)}",
                          "use columns of that side")
 

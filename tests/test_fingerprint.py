@@ -122,3 +122,20 @@ def _set_nan(rule: str):
 def test_nan_rule_at_default_is_not_content_but_a_change_is():
     assert _fp(_set_nan("fail")) == BASE
     assert _fp(_set_nan("exclude")) != BASE
+
+
+def test_target_checks_are_content_and_replace_the_plan_checks():
+    from sparkguard.reconcile.spec import spec_for_target
+
+    def own(p):
+        p["targets"][0]["validation"] = {"checks": [
+            {"type": "row_count_parity", "threshold_absolute": 5},
+            {"type": "duplicate_check"}]}
+    assert _fp(own) != BASE
+    data = valid_plan()
+    own(data["backfill_plan"])
+    plan = load_plan_text(plan_yaml(data))
+    spec = spec_for_target(plan, plan.target_specs()[0])
+    assert spec.metrics == () and spec.row_count is not None and spec.row_count.absolute == 5
+    base = load_plan_text(plan_yaml(valid_plan()))
+    assert spec_for_target(base, base.target_specs()[0]).metrics  # the plan's checks

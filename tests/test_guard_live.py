@@ -3,6 +3,7 @@ to it after the fixture)."""
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,17 @@ def test_metric_expression_that_does_not_resolve(spark, base):
     assert _blocks(spark, base, mutate) == {
         ("metric_expr_invalid", "backfill_plan.validation.checks[2].source_expr"),
         ("metric_expr_invalid", "backfill_plan.validation.checks[3].shadow_expr")}
+
+
+def test_a_targets_own_checks_are_checked_against_both_sides(spark, base):
+    def mutate(p):
+        checks = copy.deepcopy(p["validation"]["checks"])
+        checks[2]["source_expr"] = "no_such_col * 2"
+        checks[3]["shadow_expr"] = "gross_margin"
+        p["targets"][0]["validation"] = {"checks": checks}
+    assert _blocks(spark, base, mutate) == {
+        ("metric_expr_invalid", "backfill_plan.targets[0].validation.checks[2].source_expr"),
+        ("metric_expr_invalid", "backfill_plan.targets[0].validation.checks[3].shadow_expr")}
 
 
 def test_retention_does_not_cover_the_rollback_horizon(spark, base):

@@ -58,6 +58,7 @@ __all__ = [
     "SourceOfTruth",
     "Status",
     "TargetSpec",
+    "TargetValidation",
     "Transform",
     "Validation",
     "field_names",
@@ -381,6 +382,10 @@ class TargetSpec(_Frozen):
     depends_on: list[Label] = Field(
         default_factory=list, description="Targets (by name) promoted before this one; required for "
             "{shadow:NAME}.")
+    validation: TargetValidation | None = Field(
+        default=None, json_schema_extra=ADDED_LATER,
+        description="This target's own checks and the reference they compare with; default: the "
+            "plan's validation.checks against the source of truth.")
 
     @field_validator("business_keys")
     @classmethod
@@ -491,6 +496,18 @@ class Validation(_Frozen):
     checks: list[Check] = Field(default_factory=list, description="Reconciliation gates.")
 
 
+class TargetValidation(_Frozen):
+    """A target's own gates, against the source of truth or a reference query of its own (an
+    aggregated target checked against its upstream target's shadow, say)."""
+
+    checks: list[Check] = Field(default_factory=list, description="Reconciliation gates of this "
+        "target; they replace the plan's validation.checks for it.")
+    reference: Transform | None = Field(
+        default=None, description="The rows the checks compare the shadow with, computed like a "
+            "transform (sql with {source}, {window}, {shadow:NAME}, or a callable); default: the "
+            "source of truth.")
+
+
 class ApprovalRecord(_Frozen):
     """One approval: who, in which role, when, for which plan fingerprint."""
 
@@ -597,6 +614,11 @@ class BackfillPlan(_Frozen):
     def target_specs(self) -> list[TargetSpec]:
         """The targets written as mappings (the seed's bare names carry no execution details)."""
         return [t for t in self.targets if isinstance(t, TargetSpec)]
+
+    def checks_for(self, target: TargetSpec) -> list[Check]:
+        """The target's own checks where it declares some, else the plan's."""
+        own = target.validation.checks if target.validation is not None else []
+        return own or self.validation.checks
 
 
 class PlanDocument(_Frozen):

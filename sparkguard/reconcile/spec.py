@@ -78,7 +78,7 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
     extra_dups: list[tuple[str, ...]] = []
     metrics: list[MetricSpec] = []
     grouping = set(target.business_keys) | {plan.partitioning.column}
-    for check in plan.validation.checks:
+    for check in plan.checks_for(target):
         thr = ThresholdSpec(check.threshold_percent, check.threshold_absolute)
         if check.type is CheckType.ROW_COUNT_PARITY:
             row_count = thr
