@@ -66,7 +66,7 @@ def set_job_label(spark: SparkSession, group: str, desc: str) -> None:
     replace the sparkguard tags this thread carried; the caller's own tags stay.
     """
     if is_connect(spark):
-        for tag in spark.getTags():
+        for tag in list(spark.getTags()):  # getTags is the live set
             if tag.startswith(TAG_PREFIX):
                 spark.removeTag(tag)
         spark.addTag(_tag(group))
