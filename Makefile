@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 # never two Spark test runs at once on this 2-core machine
 SPARK_LOCK := /tmp/sparkguard-spark.lock
 
-.PHONY: install demo test test-fast lint bench reliability clean warm
+.PHONY: install demo demo-connect test test-fast lint bench reliability clean warm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,12 @@ warm:
 demo: $(STAMP)
 	$(BIN)/python -m sparkguard.demo demo-lake
 	$(BIN)/spark-submit jobs/backfill.py --plan demo-lake/plan.yaml
+
+# The demo through a local Spark Connect server (PySpark's own, with Delta from
+# conf/spark-defaults.conf): lake and backfill run as Connect clients (SPARK_REMOTE), the server
+# is stopped afterwards; the last line is `connect exit=0 promoted_version=N rollback_point=M`.
+demo-connect: $(STAMP)
+	flock $(SPARK_LOCK) $(BIN)/python -m tests.connect_server --demo demo-lake
 
 test: $(STAMP)
 	flock $(SPARK_LOCK) $(BIN)/python -m pytest -q --durations=25 tests
@@ -49,4 +55,4 @@ reliability: $(STAMP)
 	flock $(SPARK_LOCK) $(BIN)/python bench/reliability.py
 
 clean:
-	rm -rf demo-lake spark-warehouse metastore_db derby.log .pytest_cache
+	rm -rf demo-lake demo-lake-connect-logs spark-warehouse metastore_db derby.log .pytest_cache

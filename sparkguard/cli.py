@@ -30,10 +30,11 @@ __all__ = ["main"]
 
 
 def _session() -> SparkSession:
+    from sparkguard.compat import set_log_level
     from sparkguard.session import get_or_create_session
 
     spark = get_or_create_session("sparkguard")
-    spark.sparkContext.setLogLevel(os.environ.get("SPARKGUARD_SPARK_LOG_LEVEL", "ERROR"))
+    set_log_level(spark, os.environ.get("SPARKGUARD_SPARK_LOG_LEVEL", "ERROR"))
     return spark
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -12,11 +14,20 @@ from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from sparkguard.sql import TableRef, merge_condition, restore_statement
+from sparkguard import compat
+from sparkguard.sql import (
+    TableRef,
+    describe_detail_statement,
+    describe_history_statement,
+    merge_condition,
+    merge_statement,
+    restore_statement,
+)
 
 __all__ = [
     "DATA_NEUTRAL_OPERATIONS",
@@ -28,8 +39,10 @@ __all__ = [
     "create_log_table",
     "current_version",
     "delta_log_exists",
+    "detail",
     "find_commit",
     "foreign_commits",
+    "history",
     "is_conflict",
     "literal_frame",
     "missing_files_for_version",
@@ -56,6 +69,8 @@ _TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 
 def table_exists(spark: SparkSession, ref: TableRef) -> bool:
     """True when ``ref`` is a Delta table."""
+    if compat.is_connect(spark):  # the DeltaTable API needs Delta's server plugin over Connect
+        return _is_delta_sql(spark, ref)
     if ref.path is not None:
         return bool(DeltaTable.isDeltaTable(spark, ref.path))
     assert ref.name is not None
@@ -68,14 +83,19 @@ def table_exists(spark: SparkSession, ref: TableRef) -> bool:
         return False
 
 
-def _hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
-    """(Hadoop FileSystem, Path) for ``path``, through the session's Hadoop configuration."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
+def _is_delta_sql(spark: SparkSession, ref: TableRef) -> bool:
+    """Whether ``ref`` is a Delta table, from ``DESCRIBE DETAIL`` (any session kind)."""
+    if ref.name is not None and not spark.catalog.tableExists(ref.name):
+        return False
+    try:
+        row = detail(spark, ref).select("format").first()
+    except AnalysisException:
+        return False
+    return row is not None and str(row["format"]).lower() == "delta"
 
 
+# a path is read as a glob pattern; these characters of a folder's name are escaped
+_GLOB_CHARS = re.compile(r"([*?\[\]{}\\])")
 _FIRST_COMMIT = "00000000000000000000.json"
 
 
@@ -87,12 +107,17 @@ def delta_log_exists(spark: SparkSession, path: str) -> bool:
     DELTA_TABLE_NOT_FOUND. The first commit file, or a checkpoint pointer once old commits have
     been cleaned up, is what makes the table readable.
     """
+    if compat.is_connect(spark):
+        # no file system in this process: the table is committed when Delta can resolve its
+        # snapshot (an analysis, no job); a folder without a first commit is not a table yet
+        try:
+            spark.read.format("delta").load(path).columns  # noqa: B018
+        except AnalysisException:
+            return False
+        return True
     log = path.rstrip("/") + "/_delta_log"
-    for name in (_FIRST_COMMIT, "_last_checkpoint"):
-        fs, hpath = _hadoop_path(spark, f"{log}/{name}")
-        if fs.exists(hpath):
-            return True
-    return False
+    return any(compat.path_exists(spark, f"{log}/{name}")
+               for name in (_FIRST_COMMIT, "_last_checkpoint"))
 
 
 # Log tables are read whole: no column statistics on their appends (a quarter off each one-row
@@ -126,15 +151,16 @@ def create_log_table(spark: SparkSession, path: str, schema: StructType) -> bool
         return False
     # columns nullable, as a DataFrame write makes them (the ledger checks its own fields)
     schema = StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields])
-    builder = DeltaTable.create(spark).location(path).addColumns(schema)
-    for key, value in LOG_TABLE_PROPERTIES.items():
-        builder = builder.property(key, value)
-    try:
-        builder.execute()  # a metadata-only commit: no write job, a third of the cost
-        return True
-    except Exception:
-        if delta_log_exists(spark, path):
-            return False  # another run created it at the same moment
+    if not compat.is_connect(spark):  # DeltaTable.create needs Delta's plugin over Connect
+        builder = DeltaTable.create(spark).location(path).addColumns(schema)
+        for key, value in LOG_TABLE_PROPERTIES.items():
+            builder = builder.property(key, value)
+        try:
+            builder.execute()  # a metadata-only commit: no write job, a third of the cost
+            return True
+        except Exception:
+            if delta_log_exists(spark, path):
+                return False  # another run created it at the same moment
     # DeltaTable.create takes a ``_delta_log`` folder without a commit (a creator that died, or
     # one still at it) for a table; an empty append takes version 0 there
     empty = spark.createDataFrame([], schema).write.format("delta").mode("append")
@@ -186,9 +212,20 @@ def read_version(spark: SparkSession, ref: TableRef, version: int) -> DataFrame:
     return reader.table(ref.name)
 
 
+def history(spark: SparkSession, ref: TableRef, limit: int | None = None) -> DataFrame:
+    """The table's commits, newest first (``DESCRIBE HISTORY``; what ``DeltaTable.history``
+    runs, and also available over Spark Connect without Delta's server plugin)."""
+    return spark.sql(describe_history_statement(ref, limit))
+
+
+def detail(spark: SparkSession, ref: TableRef) -> DataFrame:
+    """One row: format, location, partition columns, properties (``DESCRIBE DETAIL``)."""
+    return spark.sql(describe_detail_statement(ref))
+
+
 def current_version(spark: SparkSession, ref: TableRef) -> int:
     """Latest committed version of a Delta table."""
-    row = _delta(spark, ref).history(1).select("version").first()
+    row = history(spark, ref, 1).select("version").first()
     assert row is not None
     return int(row["version"])
 
@@ -214,7 +251,7 @@ def commit_metadata(raw: str | None) -> dict[str, Any] | None:
 def commits_since(spark: SparkSession, ref: TableRef, version: int,
                   limit: int = 1000) -> list[dict[str, Any]]:
     """Commits after ``version`` (newest first, bounded): version, operation, userMetadata."""
-    rows = (_delta(spark, ref).history(limit).filter(F.col("version") > version)
+    rows = (history(spark, ref, limit).filter(F.col("version") > version)
             .select("version", "timestamp", "operation", "userMetadata")
             .orderBy(F.col("version").desc()).collect())
     return [r.asDict() for r in rows]
@@ -346,6 +383,19 @@ def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Seque
     longer produces, so rows outside the window are never touched. ``txn`` sets Delta's
     ``write.txnAppId``/``write.txnVersion`` for the statement: a repeat is a no-op.
     """
+    confs = {_USER_METADATA_CONF: metadata}
+    if txn is not None:
+        confs |= {_TXN_APP_CONF: txn[0], _TXN_VERSION_CONF: str(txn[1])}
+    if compat.is_connect(spark):  # the DeltaTable merge builder needs Delta's server plugin
+        view = f"sparkguard_merge_{uuid.uuid4().hex}"
+        df.createOrReplaceTempView(view)
+        try:
+            with _session_confs(spark, confs):
+                spark.sql(merge_statement(ref, view, keys, df.columns, window_predicate_target,
+                                          delete_unmatched))
+        finally:
+            spark.catalog.dropTempView(view)
+        return
     cols = df.columns
     cond = f"({merge_condition(keys)}) AND {window_predicate_target}"
     builder = (_delta(spark, ref).alias("t").merge(df.alias("s"), cond)
@@ -353,9 +403,6 @@ def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Seque
                .whenNotMatchedInsert(values={f"`{c}`": f"s.`{c}`" for c in cols}))
     if delete_unmatched:
         builder = builder.whenNotMatchedBySourceDelete(condition=window_predicate_target)
-    confs = {_USER_METADATA_CONF: metadata}
-    if txn is not None:
-        confs |= {_TXN_APP_CONF: txn[0], _TXN_VERSION_CONF: str(txn[1])}
     with _session_confs(spark, confs):
         builder.execute()
 
@@ -387,7 +434,7 @@ def revert_window(spark: SparkSession, ref: TableRef, version: int, predicate: s
 
 def retention_properties(spark: SparkSession, ref: TableRef) -> dict[str, str]:
     """The table's Delta properties (log/file retention among them)."""
-    row = _delta(spark, ref).detail().select("properties").first()
+    row = detail(spark, ref).select("properties").first()
     return dict(row["properties"] or {}) if row else {}
 
 
@@ -402,9 +449,11 @@ def missing_files_for_version(spark: SparkSession, ref: TableRef, version: int,
     """Data files the snapshot at ``version`` needs that are gone (e.g. VACUUMed); bounded.
 
     Only files absent from the current snapshot can have been vacuumed, so only those are
-    checked, one directory listing per parent directory (object stores: one LIST per
-    partition instead of one HEAD per file). Reading the old snapshot's file list itself
-    failing (its log was cleaned up) is reported as one entry.
+    checked, with one listing per parent directory (object stores: one LIST per partition
+    instead of one HEAD per file): the files a ``binaryFile`` relation over that directory
+    would read (``inputFiles``, no job, no content read), which classic and Spark Connect
+    sessions both offer. Reading the old snapshot's file list itself failing (its log was
+    cleaned up) is reported as one entry.
     """
     try:
         needed = snapshot_files(spark, ref, version) - snapshot_files(spark, ref)
@@ -416,17 +465,24 @@ def missing_files_for_version(spark: SparkSession, ref: TableRef, version: int,
         by_dir.setdefault(f.rsplit("/", 1)[0], []).append(f)
     missing: list[str] = []
     for folder, files in by_dir.items():
-        fs, hdir = _hadoop_path(spark, folder)
-        try:
-            present = {st.getPath().getName() for st in fs.listStatus(hdir)}
-        except Exception:  # the directory itself is gone
-            present = set()
+        present = _file_names(spark, folder)
         for f in files:
             if f.rsplit("/", 1)[1] not in present and unquote(f.rsplit("/", 1)[1]) not in present:
                 missing.append(f)
                 if len(missing) >= limit:
                     return missing
     return missing
+
+
+def _file_names(spark: SparkSession, folder: str) -> set[str]:
+    """Names of the files under ``folder`` (hidden ``_``/``.`` entries excluded, as Spark lists
+    data files); empty when the folder itself is gone."""
+    try:
+        listed = spark.read.format("binaryFile").load(_GLOB_CHARS.sub(r"\\\1", folder)).inputFiles()
+    except AnalysisException:  # PATH_NOT_FOUND: the directory is gone
+        return set()
+    names = {f.rsplit("/", 1)[1] for f in listed}
+    return names | {unquote(n) for n in names}
 
 
 def is_conflict(exc: BaseException) -> bool:

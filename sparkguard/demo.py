@@ -53,15 +53,18 @@ def transform_orders(spark: SparkSession, source: DataFrame, partitions: list[ob
 
 
 def plant_defect(spark: SparkSession, target_path: str, days: list[dt.date]) -> None:
-    """Corrupt the target in ``days``: 20 % of amounts x10 (line_total too), 3 % of rows gone."""
-    from delta.tables import DeltaTable
+    """Corrupt the target in ``days``: 20 % of amounts x10 (line_total too), 3 % of rows gone.
 
-    tbl = DeltaTable.forPath(spark, target_path)
-    in_window = F.col("order_date").isin(days)
-    tbl.update(in_window & (F.col("order_id") % 5 == 0),
-               {"amount": (F.col("amount") * 10).cast("decimal(12,2)"),
-                "line_total": (F.col("line_total") * 10).cast("decimal(14,2)")})
-    tbl.delete(in_window & (F.col("order_id") % 33 == 0))
+    Delta SQL (UPDATE, DELETE), which classic and Spark Connect sessions both run.
+    """
+    from sparkguard.sql import PartitionType, TableRef, window_predicate
+
+    table = TableRef.parse(target_path).sql
+    in_window = window_predicate("order_date", PartitionType.DATE, days)
+    spark.sql(f"UPDATE {table} SET amount = CAST(amount * 10 AS DECIMAL(12,2)), "
+              "line_total = CAST(line_total * 10 AS DECIMAL(14,2)) "
+              f"WHERE {in_window} AND order_id % 5 = 0")
+    spark.sql(f"DELETE FROM {table} WHERE {in_window} AND order_id % 33 = 0")
 
 
 def demo_plan(root: Path, window: list[dt.date], *, name: str = "fix-orders-amounts",
@@ -144,10 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=31)
     parser.add_argument("--rows-per-day", type=int, default=7000)
     args = parser.parse_args(argv)
+    from sparkguard.compat import set_log_level
     from sparkguard.session import get_or_create_session
 
     spark = get_or_create_session("sparkguard-demo-lake")
-    spark.sparkContext.setLogLevel("ERROR")
+    set_log_level(spark, "ERROR")
     plan = generate_lake(spark, args.root, days=args.days, rows_per_day=args.rows_per_day)
     print(f"demo lake at {Path(args.root).resolve()}: {args.days} daily partitions x "
           f"{args.rows_per_day} orders; defect planted in 3 days of the target; plan {plan}")

@@ -22,7 +22,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sparkguard import delta_ops
+from sparkguard import compat, delta_ops
 from sparkguard.errors import (
     GateFailedError,
     GuardError,
@@ -809,24 +809,20 @@ def _short(v: Any) -> str:
     return s if len(s) <= 40 else s[:37] + "..."
 
 
-_JOB_LABELS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
-
-
 def _set_job_label(spark: SparkSession, group: str, desc: str) -> None:
-    with contextlib.suppress(Exception):  # Spark Connect has no SparkContext
-        spark.sparkContext.setJobGroup(group, desc, False)
+    with contextlib.suppress(Exception):  # a label never fails a run
+        compat.set_job_label(spark, group, desc)
 
 
 def _job_labels(spark: SparkSession) -> dict[str, str | None]:
     with contextlib.suppress(Exception):
-        return {k: spark.sparkContext.getLocalProperty(k) for k in _JOB_LABELS}
+        return compat.job_labels(spark)
     return {}
 
 
 def _restore_job_labels(spark: SparkSession, labels: dict[str, str | None]) -> None:
     with contextlib.suppress(Exception):
-        for key, value in labels.items():
-            spark.sparkContext.setLocalProperty(key, value)  # type: ignore[arg-type]  # None unsets
+        compat.restore_job_labels(spark, labels)
 
 
 def run_backfill(spark: SparkSession, plan: BackfillPlan, plan_path: str, *, home: str,

@@ -12,7 +12,6 @@ import importlib
 import re
 import uuid
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -148,7 +147,7 @@ class _Live:
                         self.add("column_missing", f"{where}[{ci}].key_columns",
                                  f"target {ref.display!r} has no column {k!r}",
                                  f"use one of {sorted(names)[:20]}")
-        detail = self._table(ref).detail().select("partitionColumns", "properties").first()
+        detail = delta_ops.detail(self.spark, ref).select("partitionColumns", "properties").first()
         if detail is not None and self.p not in (detail["partitionColumns"] or []):
             self.add("target_not_partitioned", f"{path}.dataset",
                      f"target {ref.display!r} is not partitioned by {self.p!r}; the window "
@@ -159,12 +158,6 @@ class _Live:
             self._transform(path, t, src)
         if part_ok:
             self._blast_radius(path, ref, df)
-
-    def _table(self, ref: TableRef) -> DeltaTable:
-        if ref.path is not None:
-            return DeltaTable.forPath(self.spark, ref.path)
-        assert ref.name is not None
-        return DeltaTable.forName(self.spark, ref.name)
 
     def _retention(self, path: str, ref: TableRef, props: dict[str, str]) -> None:
         horizon = self.plan.safeguards.rollback_horizon_days

@@ -29,11 +29,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from sparkguard import delta_ops
 from sparkguard.delta_ops import append_rows, create_log_table, delta_log_exists, is_conflict
 from sparkguard.errors import ConcurrentRunError
 from sparkguard.sql import TableRef
@@ -581,8 +581,8 @@ class Ledger:
         """Targets whose lock event by this instance is in the lock table's recent history
         (one history look-up; a write Delta skipped or refused has no commit)."""
         tags = {self._lock_tag(t, g): t for t, g in written.items()}
-        history = DeltaTable.forPath(self.spark, self._path("locks")).history(
-            max(50, 4 * len(tags))).select("userMetadata").collect()
+        history = delta_ops.history(self.spark, TableRef(path=self._path("locks")),
+                                    max(50, 4 * len(tags))).select("userMetadata").collect()
         return {tags[h["userMetadata"]] for h in history if h["userMetadata"] in tags}
 
     def acquire(self, targets: Sequence[str], run_id: str, owner: str | None, *,

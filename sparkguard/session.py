@@ -1,4 +1,5 @@
-"""The SparkSession: the active one where it exists (Databricks), else a local Delta session.
+"""The SparkSession: the active one where it exists (Databricks), a Spark Connect one when
+``SPARK_REMOTE`` names a server, else a local Delta session.
 
 Only entry points (``jobs/``, the CLI, tests, the demo) call :func:`get_or_create_session`;
 library code receives the session as a parameter.
@@ -10,7 +11,7 @@ import os
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DELTA_CONFS", "get_or_create_session", "local_session_builder"]
+__all__ = ["DELTA_CONFS", "get_or_create_session", "local_session_builder", "remote_session"]
 
 DELTA_CONFS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -56,11 +57,24 @@ def local_session_builder(app_name: str = "sparkguard", master: str | None = Non
     return configure_spark_with_delta_pip(builder)
 
 
+def remote_session(url: str, app_name: str = "sparkguard") -> SparkSession:
+    """A Spark Connect session to the server at ``url`` (``sc://host:port/;params``).
+
+    The server owns Delta's configuration (extensions, catalog) and every static setting;
+    nothing local is sent.
+    """
+    return SparkSession.builder.remote(url).appName(app_name).getOrCreate()
+
+
 def get_or_create_session(app_name: str = "sparkguard") -> SparkSession:
-    """Return the active session (Databricks, spark-submit with Delta configured) or build one."""
+    """Return the active session (Databricks, spark-submit with Delta configured), a Spark
+    Connect session when ``SPARK_REMOTE`` is set, or a local Delta session."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    remote = os.environ.get("SPARK_REMOTE")
+    if remote and not os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        return remote_session(remote, app_name)
     # On Databricks the runtime owns the session (and Delta); never add local settings to it.
     if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
         return SparkSession.builder.appName(app_name).getOrCreate()

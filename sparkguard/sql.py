@@ -18,8 +18,12 @@ __all__ = [
     "TableRef",
     "UnsafeSQLError",
     "check_expression",
+    "describe_detail_statement",
+    "describe_history_statement",
     "merge_condition",
+    "merge_statement",
     "parse_partition_value",
+    "quote_column",
     "quote_identifier",
     "render_literal",
     "restore_statement",
@@ -174,6 +178,51 @@ def restore_statement(table: TableRef, version: int) -> str:
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise UnsafeSQLError(f"version {version!r} is not a non-negative integer")
     return f"RESTORE TABLE {table.sql} TO VERSION AS OF {version}"
+
+
+def describe_history_statement(table: TableRef, limit: int | None = None) -> str:
+    """``DESCRIBE HISTORY <ref> [LIMIT n]``: the table's commits, newest first."""
+    if limit is None:
+        return f"DESCRIBE HISTORY {table.sql}"
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise UnsafeSQLError(f"history limit {limit!r} is not a positive integer")
+    return f"DESCRIBE HISTORY {table.sql} LIMIT {limit}"
+
+
+def describe_detail_statement(table: TableRef) -> str:
+    """``DESCRIBE DETAIL <ref>``: format, location, partition columns, properties."""
+    return f"DESCRIBE DETAIL {table.sql}"
+
+
+def quote_column(name: str) -> str:
+    """Any column name as a backquoted identifier (a backquote inside is doubled)."""
+    if not isinstance(name, str) or not name or any(ord(c) < 32 for c in name):
+        raise UnsafeSQLError(f"column name {name!r} is empty or has a control character")
+    return "`" + name.replace("`", "``") + "`"
+
+
+def merge_statement(table: TableRef, source_view: str, keys: Sequence[str], columns: Sequence[str],
+                    window_predicate_target: str, delete_unmatched: bool) -> str:
+    """``MERGE INTO`` the target (alias ``t``) from a temp view (alias ``s``) on the business keys.
+
+    Matching and, with ``delete_unmatched``, deleting are both bounded by
+    ``window_predicate_target`` (a predicate over ``t``, from :func:`window_predicate` with
+    alias ``t``), so rows outside the window are never touched. Every column of the source is
+    updated or inserted by name.
+    """
+    if not columns:
+        raise UnsafeSQLError("a merge needs at least one column")
+    cols = [quote_column(c) for c in columns]
+    sets = ", ".join(f"`t`.{c} = `s`.{c}" for c in cols)
+    lines = [f"MERGE INTO {table.sql} AS `t`",
+             f"USING {quote_identifier(source_view)} AS `s`",
+             f"ON ({merge_condition(keys)}) AND {window_predicate_target}",
+             f"WHEN MATCHED THEN UPDATE SET {sets}",
+             f"WHEN NOT MATCHED THEN INSERT ({', '.join(cols)}) "
+             f"VALUES ({', '.join(f'`s`.{c}' for c in cols)})"]
+    if delete_unmatched:
+        lines.append(f"WHEN NOT MATCHED BY SOURCE AND {window_predicate_target} THEN DELETE")
+    return "\n".join(lines)
 
 
 def check_expression(expr: str) -> str:

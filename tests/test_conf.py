@@ -70,7 +70,8 @@ def test_bundle_has_a_name_targets_and_both_jobs(bundle: dict[str, Any],
     assert set(bundle["targets"]) == {"dev", "prod"}
     assert bundle["targets"]["dev"].get("default") is True
     assert bundle["targets"]["prod"]["mode"] == "production"
-    assert set(jobs) == {"sparkguard_backfill", "sparkguard_rollback"}
+    assert set(jobs) == {"sparkguard_backfill", "sparkguard_rollback",
+                         "sparkguard_backfill_serverless"}
 
 
 def test_every_variable_used_is_declared(bundle: dict[str, Any],
@@ -93,6 +94,8 @@ def test_cluster_runs_a_runtime_matching_the_pinned_spark(bundle: dict[str, Any]
     # Databricks Runtime 17.x is Spark 4.0 (Scala 2.13 only)
     assert re.fullmatch(r"17\.\d+\.x-scala2\.13", runtime), runtime
     for key, (_, job) in jobs.items():
+        if key == "sparkguard_backfill_serverless":
+            continue  # no cluster: test_serverless_backfill_has_no_cluster_and_an_environment
         clusters = {c["job_cluster_key"]: c["new_cluster"] for c in job["job_clusters"]}
         for task in job["tasks"]:
             cluster = clusters[task["job_cluster_key"]]
@@ -101,13 +104,16 @@ def test_cluster_runs_a_runtime_matching_the_pinned_spark(bundle: dict[str, Any]
             assert cluster["data_security_mode"] == "SINGLE_USER", key  # Unity Catalog access
 
 
-@pytest.mark.parametrize("key", ["sparkguard_backfill", "sparkguard_rollback"])
+@pytest.mark.parametrize("key", ["sparkguard_backfill", "sparkguard_rollback",
+                                 "sparkguard_backfill_serverless"])
 def test_jobs_never_run_twice_at_once(jobs: dict[str, Any], key: str) -> None:
     assert jobs[key][1]["max_concurrent_runs"] == 1
 
 
 @pytest.mark.parametrize(("key", "script"), [("sparkguard_backfill", "jobs/backfill.py"),
-                                              ("sparkguard_rollback", "jobs/rollback.py")])
+                                              ("sparkguard_rollback", "jobs/rollback.py"),
+                                              ("sparkguard_backfill_serverless",
+                                               "jobs/backfill.py")])
 def test_task_runs_the_entry_point_that_the_bundle_syncs(bundle: dict[str, Any],
                                                          jobs: dict[str, Any], key: str,
                                                          script: str) -> None:
@@ -125,6 +131,7 @@ def test_task_runs_the_entry_point_that_the_bundle_syncs(bundle: dict[str, Any],
 @pytest.mark.parametrize(("key", "command", "flag", "param"), [
     ("sparkguard_backfill", "run", "--plan", "plan"),
     ("sparkguard_rollback", "rollback", "--run-id", "run_id"),
+    ("sparkguard_backfill_serverless", "run", "--plan", "plan"),
 ])
 def test_job_parameters_are_wired_to_cli_flags(jobs: dict[str, Any], key: str, command: str,
                                                flag: str, param: str) -> None:
@@ -148,13 +155,38 @@ def test_libraries_come_from_pypi_and_never_replace_the_runtimes_spark(
     pins = _pyproject_pins()
     for key, (_, job) in jobs.items():
         (task,) = job["tasks"]
-        packages = [lib["pypi"]["package"].replace(" ", "") for lib in task["libraries"]]
+        if "environment_key" in task:  # serverless: the environment's dependencies
+            (env,) = [e for e in job["environments"] if e["environment_key"] == task["environment_key"]]
+            packages = [p.replace(" ", "") for p in env["spec"]["dependencies"]]
+        else:
+            packages = [lib["pypi"]["package"].replace(" ", "") for lib in task["libraries"]]
         names = {re.split(r"[<>=!~]", p, maxsplit=1)[0].lower() for p in packages}
         assert names.isdisjoint({"pyspark", "delta-spark", "sparkguard"}), key
         for package in packages:
             name = re.split(r"[<>=!~]", package, maxsplit=1)[0].lower()
             assert name in pins, f"{key}: {name} is not a dependency in pyproject.toml"
             assert package == name + pins[name], f"{key}: {package} drifted from pyproject"
+
+
+def test_serverless_backfill_has_no_cluster_and_an_environment(
+        bundle: dict[str, Any], jobs: dict[str, Any]) -> None:
+    """Serverless: no cluster definition at all, an environment with the pinned pydantic and
+    pyyaml, and otherwise the classic job's task (same entry point, same arguments)."""
+    _, job = jobs["sparkguard_backfill_serverless"]
+    _, classic = jobs["sparkguard_backfill"]
+    (task,) = job["tasks"]
+    assert "job_clusters" not in job and "job_cluster_key" not in task
+    assert "new_cluster" not in task and "existing_cluster_id" not in task
+    (env,) = job["environments"]
+    assert task["environment_key"] == env["environment_key"]
+    assert env["spec"]["environment_version"] == "${var.serverless_environment}"
+    assert bundle["variables"]["serverless_environment"]["default"]
+    names = {re.split(r"[<>=!~]", p, maxsplit=1)[0] for p in env["spec"]["dependencies"]}
+    assert names == {"pydantic", "pyyaml"}
+    (classic_task,) = classic["tasks"]
+    assert task["spark_python_task"] == classic_task["spark_python_task"]
+    assert job["parameters"] == classic["parameters"]
+    assert task["max_retries"] == 0
 
 
 # -- local spark-submit defaults --------------------------------------------------------------

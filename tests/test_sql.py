@@ -199,3 +199,48 @@ def test_hostile_string_partition_value_selects_nothing_extra(spark, lake):
     assert after == sorted([("EU", 1), ("US", 2), ("2026-05-01", 3), (HOSTILE, 40),
                             ("x\\' OR 1=1 --", 5)])
     assert DeltaTable.forPath(spark, path).history(1).first()["operation"] == "WRITE"
+
+
+# -- Delta SQL for sessions without the DeltaTable API (Spark Connect) ------------------------
+
+def test_describe_history_and_detail_exact_text():
+    from sparkguard.sql import describe_detail_statement, describe_history_statement
+
+    assert describe_history_statement(TableRef.parse("/lake/t"), 1) == \
+        "DESCRIBE HISTORY delta.`/lake/t` LIMIT 1"
+    assert describe_history_statement(TableRef.parse("main.sales.orders")) == \
+        "DESCRIBE HISTORY `main`.`sales`.`orders`"
+    assert describe_detail_statement(TableRef.parse("s3://b/t")) == "DESCRIBE DETAIL delta.`s3://b/t`"
+    for bad in (0, -1, True, "5", 1.5):
+        with pytest.raises(UnsafeSQLError, match="history limit"):
+            describe_history_statement(TableRef.parse("t"), bad)  # type: ignore[arg-type]
+
+
+def test_merge_statement_exact_text_bounded_by_the_window():
+    from sparkguard.sql import PartitionType, merge_statement
+
+    window = window_predicate("order_date", PartitionType.DATE, ["2026-05-02"], alias="t")
+    sql = merge_statement(TableRef.parse("/lake/t"), "sparkguard_merge_1", ["order_id"],
+                          ["order_id", "amount", "odd `name"], window, delete_unmatched=True)
+    assert sql == (
+        "MERGE INTO delta.`/lake/t` AS `t`\n"
+        "USING `sparkguard_merge_1` AS `s`\n"
+        "ON (`t`.`order_id` <=> `s`.`order_id`) AND `t`.`order_date` IN (DATE'2026-05-02')\n"
+        "WHEN MATCHED THEN UPDATE SET `t`.`order_id` = `s`.`order_id`, "
+        "`t`.`amount` = `s`.`amount`, `t`.`odd ``name` = `s`.`odd ``name`\n"
+        "WHEN NOT MATCHED THEN INSERT (`order_id`, `amount`, `odd ``name`) "
+        "VALUES (`s`.`order_id`, `s`.`amount`, `s`.`odd ``name`)\n"
+        "WHEN NOT MATCHED BY SOURCE AND `t`.`order_date` IN (DATE'2026-05-02') THEN DELETE")
+    kept = merge_statement(TableRef.parse("t"), "v", ["k"], ["k"], window, delete_unmatched=False)
+    assert "NOT MATCHED BY SOURCE" not in kept
+
+
+def test_merge_statement_refuses_hostile_view_keys_and_columns():
+    from sparkguard.sql import PartitionType, merge_statement
+
+    window = window_predicate("d", PartitionType.INT, [1], alias="t")
+    ref = TableRef.parse("t")
+    for view, keys, cols in (("v; DROP TABLE x", ["k"], ["k"]), ("v", ["k`"], ["k"]),
+                             ("v", [], ["k"]), ("v", ["k"], []), ("v", ["k"], ["a\nb"])):
+        with pytest.raises(UnsafeSQLError):
+            merge_statement(ref, view, keys, cols, window, delete_unmatched=True)
