@@ -156,6 +156,10 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
     if not run_id:
         print("sparkguard rollback: give --run-id or --evidence", file=sys.stderr)
         return EXIT_USAGE
+    if args.plan and not Path(args.plan).is_file():
+        print(f"sparkguard rollback: --plan {args.plan}: plan file not found (it locates the "
+              "home, <plan dir>/_sparkguard, as for run)", file=sys.stderr)
+        return EXIT_USAGE
     spark = _session()
     points = rollback_run(spark, home or _home(args, spark), run_id, force=args.force)
     print(f"rolled back run {run_id}: " + ", ".join(
@@ -333,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rollback", help="restore the targets of a run to their recorded version")
     p.add_argument("--run-id")
     p.add_argument("--evidence", help="the run's evidence YAML instead of --run-id")
+    p.add_argument("--plan", help="the run's plan: its home is derived as for run "
+                   "(<plan dir>/_sparkguard unless --home or $SPARKGUARD_HOME)")
     common(p)
     p.add_argument("--force", action="store_true",
                    help="restore even though other writers committed after the promotion")
