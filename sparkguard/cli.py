@@ -268,8 +268,16 @@ def _cmd_plan_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan_init(args: argparse.Namespace) -> int:
-    from sparkguard.draft.decide import parse_bound, read_sql_file, resolve_table, write_new_file
+    from sparkguard.draft.decide import (
+        check_new_file,
+        parse_bound,
+        read_sql_file,
+        resolve_table,
+        write_new_file,
+    )
 
+    if args.output:
+        check_new_file(args.output)
     req_args = dict(source=resolve_table("--source", args.source),
                     target=resolve_table("--target", args.target),
                     start=parse_bound("--start", args.start), end=parse_bound("--end", args.end),

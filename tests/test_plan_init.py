@@ -202,7 +202,6 @@ def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(
     out = tmp_path / "draft.yaml"
     if case == "exists":
         out.write_text("mine\n")
-        tgt = odd / "src"
     files = _files(odd)
     versions = _versions(spark, odd / "src", odd / "dups", odd / "flat", odd / "clustered")
     argv_src: Any = "orders; DROP TABLE x" if case == "hostile_name" else src

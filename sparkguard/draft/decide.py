@@ -32,6 +32,7 @@ __all__ = [
     "Measure",
     "TransformDraft",
     "WindowColumn",
+    "check_new_file",
     "day_format",
     "identity_transform",
     "key_candidates",
@@ -428,15 +429,22 @@ def read_sql_file(path: str) -> str:
                      "give the path of a UTF-8 file holding one SELECT") from None
 
 
-def write_new_file(path: str, text: str) -> None:
-    """Write ``text`` to a file that must not exist yet (an existing plan, perhaps approved,
-    is never overwritten); atomic: the file appears whole or not at all."""
+def check_new_file(path: str) -> Path:
+    """Refuse an output file that exists already or whose folder does not (checked before any
+    table is read, and again when writing)."""
     target = Path(path)
     if target.exists():
         raise refuse("-o", f"{path!r} already exists; plan init never overwrites a plan",
-                     "choose another file name or remove it first")
+                      "choose another file name or remove it first")
     if not target.parent.is_dir():
         raise refuse("-o", f"folder {str(target.parent)!r} does not exist", "create it first")
+    return target
+
+
+def write_new_file(path: str, text: str) -> None:
+    """Write ``text`` to a file that must not exist yet (an existing plan, perhaps approved,
+    is never overwritten); atomic: the file appears whole or not at all."""
+    target = check_new_file(path)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     try:
