@@ -137,10 +137,10 @@ def test_identity_transform_casts_and_leaves_holes_for_missing_columns():
     assert t.unfilled == ["total"] and t.casts == ["k: int -> bigint"]
 
 
-def test_measures_skip_keys_ids_window_and_nan_columns():
+def test_measures_skip_keys_ids_and_window_and_mark_nan_columns():
     ms = measures(COLS, [c for c in COLS if c.name != "qty"], ["order_id"], "order_date",
                   "orders", nan_columns=["price"])
-    assert [(m.column, m.exact, m.source_expr, bool(m.skipped)) for m in ms] == [
+    assert [(m.column, m.exact, m.source_expr, m.has_nan) for m in ms] == [
         ("price", False, "price", True), ("amount", True, "amount", False),
         ("qty", True, None, False)]
     assert ms[1].threshold_percent == 0.0 and ms[0].threshold_percent == 0.0001

@@ -114,7 +114,7 @@ def test_obvious_id_with_duplicates_gives_a_composite_key_then_the_draft_runs_an
     assert "note" not in t.contract.not_null and "ts" in t.contract.not_null
     metrics = {c.metric: c for c in plan.validation.checks if c.metric}
     assert metrics["sum_amount"].threshold_percent == 0.0001  # float tolerance
-    assert "sum_score" not in metrics and "No sum gate for score: it holds NaN" in text
+    assert metrics["sum_score"].nan.value == "exclude" and "score holds NaN" in text
     assert metrics["distinct_keys"].source_expr == "struct(id, line_no)"
     assert "{fill:" not in text  # the source has every target column
     # fill in the two fields only a person knows, approve, run, roll back by --plan

@@ -353,7 +353,7 @@ class Measure:
     column: str
     exact: bool
     source_expr: str | None  # None: the source has no such column (a field to fill)
-    skipped: str = ""  # why no gate is drafted for it (e.g. NaN values)
+    has_nan: bool = False  # NaN in the window today: the gate compares finite values
 
     @property
     def threshold_percent(self) -> float:
@@ -371,10 +371,8 @@ def measures(target: Sequence[Column], source: Sequence[Column], keys: Sequence[
         if not c.is_numeric or c.name in keys or c.name == window_col or \
                 _name_rank(c, entity) <= 3:
             continue
-        skipped = "it holds NaN values in the window, so its sum is NaN on both sides" \
-            if c.name in nan_columns else ""
         out.append(Measure(c.name, c.is_exact_numeric, c.name if c.name in src else None,
-                           skipped))
+                           c.name in nan_columns))
     return out
 
 

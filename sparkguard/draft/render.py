@@ -218,11 +218,12 @@ def _checks(L: list[str], d: Draft) -> None:
                 "threshold_percent": 0.0}
     L.append(f"      - {_scalar(distinct)}")
     for m in d.measures:
-        if m.skipped:
-            c(L, 6, f"No sum gate for {m.column}: {m.skipped}.")
-            continue
         item: dict[str, Any] = {"type": "metric_reconciliation", "metric": f"sum_{m.column}",
                                 "aggregation": "sum"}
+        if m.has_nan:
+            c(L, 6, f"{m.column} holds NaN in the window: nan: exclude sums the finite values and "
+                    "compares\nthe NaN/infinite row counts per side separately.")
+            item["nan"] = "exclude"
         if m.source_expr is None:
             c(L, 6, f"FILL IN source_expr: the source has no column {m.column}; write the "
                     "expression over\nsource columns that sums to the same total.")
