@@ -14,7 +14,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from delta.tables import DeltaTable
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -74,9 +73,7 @@ def _columns(schema: T.StructType) -> list[Column]:
 
 
 def _detail(spark: SparkSession, ref: TableRef, schema: Sequence[Column]) -> Layout:
-    tbl = DeltaTable.forPath(spark, ref.path) if ref.path is not None \
-        else DeltaTable.forName(spark, str(ref.name))
-    row = tbl.detail().first()
+    row = delta_ops.detail(spark, ref).first()
     info = row.asDict() if row is not None else {}
     return Layout(tuple(info.get("partitionColumns") or ()),
                   tuple(info.get("clusteringColumns") or ()),
