@@ -67,24 +67,35 @@ def _evidence_dir(args: argparse.Namespace) -> str:
 
 
 def _cmd_guard(args: argparse.Namespace) -> int:
-    from sparkguard.guard import blocking, render_findings, static_findings
+    from sparkguard import guard
     from sparkguard.plan import fingerprint, load_plan
 
     plan = load_plan(args.plan)
-    findings = static_findings(plan, check_approvals=not args.pre_approval)
-    if not blocking(findings) and not args.static_only:
+    notice = guard.draft_notice(plan)
+    if notice:
+        print(f"{args.plan}: {notice}")
+    pre = args.pre_approval
+    findings = guard.pre_approval_findings(plan) if pre else guard.static_findings(plan)
+    live = guard.live_checks_possible(findings) if pre else not guard.blocking(findings)
+    if live and not args.static_only:
         from sparkguard.guard_live import live_findings
 
         findings += live_findings(_session(), plan)
-    print(render_findings(findings, args.plan) or "no findings")
-    blocks = blocking(findings)
-    print(f"plan fingerprint {fingerprint(plan)}; {len(blocks)} blocking finding(s), "
-          f"{len(findings) - len(blocks)} other(s)")
+    print(guard.render_findings(findings, args.plan, pre) or "no findings")
+    blocks = guard.blocking(findings)
+    fill = guard.to_fill(findings) if pre else []
+    counts = f"{len(blocks)} blocking finding(s)"
+    if fill:
+        print(f"still to fill in ({len(fill)}): " + ", ".join(f.path for f in fill))
+        counts = (f"{len(fill)} field(s) still to fill in, {len(blocks) - len(fill)} other "
+                  "blocking finding(s)")
+    print(f"plan fingerprint {fingerprint(plan)}; {counts}, {len(findings) - len(blocks)} "
+          "other(s)")
     return EXIT_USAGE if blocks else EXIT_OK
 
 
 def _cmd_approve(args: argparse.Namespace) -> int:
-    from sparkguard.plan.approvals import record_approval
+    from sparkguard.approve import record_approval
 
     rec = record_approval(args.plan, args.role, args.by)
     print(f"approved: role {rec.role} by {rec.by} at {rec.at.isoformat()} for fingerprint "
@@ -144,6 +155,10 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
                 home = cmd.split("--home ", 1)[1].split()[0]
     if not run_id:
         print("sparkguard rollback: give --run-id or --evidence", file=sys.stderr)
+        return EXIT_USAGE
+    if args.plan and not Path(args.plan).is_file():
+        print(f"sparkguard rollback: --plan {args.plan}: plan file not found (it locates the "
+              "home, <plan dir>/_sparkguard, as for run)", file=sys.stderr)
         return EXIT_USAGE
     spark = _session()
     points = rollback_run(spark, home or _home(args, spark), run_id, force=args.force)
@@ -252,6 +267,36 @@ def _cmd_plan_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_plan_init(args: argparse.Namespace) -> int:
+    from sparkguard.draft.decide import (
+        check_new_file,
+        parse_bound,
+        read_sql_file,
+        resolve_table,
+        write_new_file,
+    )
+
+    if args.output:
+        check_new_file(args.output)
+    req_args = dict(source=resolve_table("--source", args.source),
+                    target=resolve_table("--target", args.target),
+                    start=parse_bound("--start", args.start), end=parse_bound("--end", args.end),
+                    transform_sql=read_sql_file(args.transform_sql) if args.transform_sql else None,
+                    transform_callable=args.transform_callable, name=args.name, owner=args.owner,
+                    reason=args.reason)
+    from sparkguard.draft.infer import DraftRequest, draft_plan
+
+    text, draft = draft_plan(_session(), DraftRequest(**req_args))
+    if args.output:
+        write_new_file(args.output, text)
+        print(f"draft plan written to {args.output}: business key {list(draft.keys)}, "
+              f"{len(draft.partitions)} partition(s) of {draft.window_column}; next: "
+              f"sparkguard guard {args.output} --pre-approval", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
 def _cmd_faults(args: argparse.Namespace) -> int:
     from sparkguard.faults import FAILPOINTS
 
@@ -275,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("guard", help="check a plan: static red flags, approvals, live checks")
     p.add_argument("plan")
     p.add_argument("--static-only", action="store_true", help="skip the live (Spark) checks")
-    p.add_argument("--pre-approval", action="store_true", help="do not require approvals yet")
+    p.add_argument("--pre-approval", action="store_true",
+                   help="review before approval: approvals are not required yet, and empty "
+                   "fields are listed as [FILL] (the live checks still run)")
     p.set_defaults(func=_cmd_guard)
 
     p = sub.add_parser("approve", help="record an approval bound to the plan's fingerprint")
@@ -298,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rollback", help="restore the targets of a run to their recorded version")
     p.add_argument("--run-id")
     p.add_argument("--evidence", help="the run's evidence YAML instead of --run-id")
+    p.add_argument("--plan", help="the run's plan: its home is derived as for run "
+                   "(<plan dir>/_sparkguard unless --home or $SPARKGUARD_HOME)")
     common(p)
     p.add_argument("--force", action="store_true",
                    help="restore even though other writers committed after the promotion")
@@ -331,6 +380,22 @@ def build_parser() -> argparse.ArgumentParser:
     psub = p.add_subparsers(dest="plan_command", required=True)
     ps = psub.add_parser("schema", help="print the plan's JSON Schema")
     ps.set_defaults(func=_cmd_plan_schema)
+    ps = psub.add_parser("init", help="draft a plan from the live source and target tables",
+                         description="Reads both tables (aggregates and bounded samples only; "
+                         "writes to no table, approves nothing) and writes a commented draft.")
+    ps.add_argument("--source", required=True, help="source of truth: a path or a catalog name")
+    ps.add_argument("--target", required=True, help="table to repair: a path or a catalog name")
+    ps.add_argument("--start", required=True, help="window start, ISO date/time UTC (inclusive)")
+    ps.add_argument("--end", required=True, help="window end, ISO date/time UTC (exclusive)")
+    tr = ps.add_mutually_exclusive_group()
+    tr.add_argument("--transform-sql", metavar="FILE", help="file with the transform SELECT")
+    tr.add_argument("--transform-callable", metavar="MOD:FN", help="Python transform")
+    ps.add_argument("--name")
+    ps.add_argument("--owner")
+    ps.add_argument("--reason")
+    ps.add_argument("-o", "--output", metavar="PLAN", help="write here (never overwrites); "
+                    "default: print")
+    ps.set_defaults(func=_cmd_plan_init)
 
     p = sub.add_parser("faults", help="list the failpoints (testing aid)")
     p.set_defaults(func=_cmd_faults)

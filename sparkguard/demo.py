@@ -93,7 +93,9 @@ def demo_plan(root: Path, window: list[dt.date], *, name: str = "fix-orders-amou
             "contract": {"match_target_schema": True, "not_null": ["order_id", "amount"]},
         }],
         "execution": {"mode": "replay", "idempotent": True,
-                      "write_strategy": "replaceWhere over the window, one commit",
+                      "write_strategy": "replaceWhere over the window, one commit"
+                      if promotion == "replace_where"
+                      else "MERGE on order_id within the window, one commit",
                       "dry_run_completed": False, "slice_partitions": 1,
                       "max_concurrent_slices": 1, "proof_slice": True},
         "safeguards": {"publish_paused": True,
@@ -118,7 +120,7 @@ def generate_lake(spark: SparkSession, root: str | Path, *, days: int = 31,
                   rows_per_day: int = 7000, window_start: int = 11, window_days: int = 3,
                   approve: bool = True, promotion: str = "replace_where") -> Path:
     """Create ``root`` from scratch; return the plan path."""
-    from sparkguard.plan.approvals import record_approval
+    from sparkguard.approve import record_approval
 
     root = Path(root).resolve()
     if root.exists():

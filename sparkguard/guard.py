@@ -19,11 +19,19 @@ from urllib.parse import urlsplit
 
 from sparkguard.errors import PlanProblem
 from sparkguard.plan.approvals import approval_issues
-from sparkguard.plan.model import BackfillPlan, Check, CheckType, TargetSpec
+from sparkguard.plan.model import (
+    BackfillPlan,
+    Check,
+    CheckType,
+    ExecutionMode,
+    Promotion,
+    TargetSpec,
+)
 from sparkguard.sql import PartitionType, TableRef, UnsafeSQLError
 
-__all__ = ["RULES", "Finding", "Severity", "approvable_findings", "blocking", "render_findings",
-           "static_findings", "target_order", "window_partitions"]
+__all__ = ["RULES", "Finding", "Severity", "approvable_findings", "blocking", "draft_notice",
+           "live_checks_possible", "pre_approval_findings", "render_findings", "static_findings",
+           "target_order", "to_fill", "window_partitions"]
 
 
 class Severity(str, Enum):
@@ -75,6 +83,10 @@ RULES: dict[str, tuple[Severity, str]] = {
     "target_dependencies": (Severity.BLOCK, "depends_on names an unknown target or a cycle"),
     "transform_placeholder": (Severity.BLOCK, "transform SQL misses {source}/{window} or names "
                               "an unknown placeholder"),
+    "transform_unfilled": (Severity.BLOCK, "transform SQL still holds a {fill:COLUMN} hole left "
+                           "by 'sparkguard plan init'"),
+    "seed_text_contradicts": (Severity.BLOCK, "execution.mode or write_strategy names another "
+                              "write than the targets' promotion"),
     "claim_untrusted": (Severity.INFO, "a self-declared claim sparkguard verifies itself"),
     "approvals_undefined": (Severity.BLOCK, "approvals.required is empty"),
     "approvals_missing": (Severity.BLOCK, "a required role has not approved"),
@@ -94,12 +106,14 @@ class Finding:
     path: str
     message: str
     fix: str = ""
+    unfilled: bool = False  # the field is empty: a person must fill it in (--pre-approval)
 
-    def render(self, source: str) -> str:
-        """``[BLOCK] code: plan.yaml: backfill_plan.x: message; fix: ...``."""
+    def render(self, source: str, pre_approval: bool = False) -> str:
+        """``[BLOCK] code: plan.yaml: backfill_plan.x: message; fix: ...`` (``[FILL ]`` for a
+        field still to fill in, with ``pre_approval``)."""
         fix = f"; fix: {self.fix}" if self.fix else ""
-        return f"[{self.severity.value.upper():5}] {self.code}: {source}: {self.path}: " \
-               f"{self.message}{fix}"
+        tag = "FILL" if pre_approval and self.unfilled else self.severity.value.upper()
+        return f"[{tag:5}] {self.code}: {source}: {self.path}: {self.message}{fix}"
 
     def as_problem(self) -> PlanProblem:
         return PlanProblem(self.path, f"{self.code}: {self.message}", fix=self.fix)
@@ -110,10 +124,34 @@ def blocking(findings: Sequence[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity is Severity.BLOCK]
 
 
-def render_findings(findings: Sequence[Finding], source: str) -> str:
-    """Every finding, one line each, blocking ones first."""
-    order = {Severity.BLOCK: 0, Severity.WARN: 1, Severity.INFO: 2}
-    return "\n".join(f.render(source) for f in sorted(findings, key=lambda f: order[f.severity]))
+def render_findings(findings: Sequence[Finding], source: str, pre_approval: bool = False) -> str:
+    """Every finding, one line each, blocking ones first (``pre_approval``: the fields still
+    to fill in first, tagged ``[FILL ]``)."""
+    order = {Severity.BLOCK: 1, Severity.WARN: 2, Severity.INFO: 3}
+
+    def rank(f: Finding) -> int:
+        return 0 if pre_approval and f.unfilled else order[f.severity]
+
+    return "\n".join(f.render(source, pre_approval) for f in sorted(findings, key=rank))
+
+
+def to_fill(findings: Sequence[Finding]) -> list[Finding]:
+    """The blocking findings that are empty fields a person must fill in."""
+    return [f for f in blocking(findings) if f.unfilled]
+
+
+def draft_notice(plan: BackfillPlan) -> str | None:
+    """A line saying that a plan in the seed template's shape loaded as a draft, or None."""
+    bare = [t for t in plan.targets if isinstance(t, str)]
+    if not bare and plan.partitioning is not None:
+        return None
+    lacks = []
+    if plan.partitioning is None:
+        lacks.append("partitioning")
+    if bare:
+        lacks.append(f"{len(bare)} target(s) as bare names (no business_keys or transform)")
+    return ("loaded as a draft in the seed template's shape: it lacks " + " and ".join(lacks)
+            + ", which execution needs; the findings below list everything it still lacks")
 
 
 P = "backfill_plan"
@@ -211,9 +249,10 @@ class _Collector:
         self.findings: list[Finding] = []
 
     def add(self, code: str, path: str, msg: str, fix: str = "",
-            severity: Severity | None = None) -> None:
+            severity: Severity | None = None, unfilled: bool = False) -> None:
         sev = severity or RULES[code][0]
-        self.findings.append(Finding(sev, code, f"{P}.{path}" if path else P, msg, fix))
+        self.findings.append(Finding(sev, code, f"{P}.{path}" if path else P, msg, fix,
+                                     unfilled))
 
 
 def _completeness(plan: BackfillPlan, c: _Collector) -> None:
@@ -223,9 +262,11 @@ def _completeness(plan: BackfillPlan, c: _Collector) -> None:
                          ("execution.mode", plan.execution.mode),
                          ("execution.write_strategy", plan.execution.write_strategy)):
         if value is None:
-            c.add("template_incomplete", field, "is missing", "fill it in as the template shows")
+            c.add("template_incomplete", field, "is missing", "fill it in as the template shows",
+                  unfilled=True)
     if not plan.targets:
-        c.add("template_incomplete", "targets", "no targets", "list at least one target")
+        c.add("template_incomplete", "targets", "no targets", "list at least one target",
+              unfilled=True)
 
 
 def _window(plan: BackfillPlan, c: _Collector) -> None:
@@ -235,7 +276,7 @@ def _window(plan: BackfillPlan, c: _Collector) -> None:
         hint = f" (the partitions suggest column {cols[0]!r})" if len(cols) == 1 else ""
         c.add("partitioning_missing", "partitioning",
               f"the partition column and type are not declared{hint}",
-              "add partitioning: {column: <col>, type: date|string|int}")
+              "add partitioning: {column: <col>, type: date|string|int}", unfilled=True)
     elif plan.partition_prefixes():
         others = sorted(set(plan.partition_prefixes()) - {plan.partitioning.column})
         if others:
@@ -247,7 +288,7 @@ def _window(plan: BackfillPlan, c: _Collector) -> None:
         missing = [n for n, v in (("start_utc", w.start_utc), ("end_utc", w.end_utc)) if v is None]
         c.add("window_unbounded", "affected_window." + missing[0],
               f"{' and '.join(missing)} not set: the window is unbounded",
-              "bound the window: start_utc inclusive, end_utc exclusive")
+              "bound the window: start_utc inclusive, end_utc exclusive", unfilled=True)
     elif w.end_utc <= w.start_utc:  # type: ignore[operator]
         c.add("window_inverted", "affected_window.end_utc",
               f"end_utc {w.end_utc:%Y-%m-%dT%H:%M:%SZ} is not after start_utc "
@@ -300,18 +341,21 @@ def _safeguards(plan: BackfillPlan, c: _Collector) -> None:
     if plan.safeguards.publish_paused is not True:
         c.add("publish_not_paused", "safeguards.publish_paused",
               "publish must be paused for the duration of the backfill",
-              "set publish_paused: true (sparkguard pauses and records it in its control table)")
+              "set publish_paused: true (sparkguard pauses and records it in its control table)",
+              unfilled=plan.safeguards.publish_paused is None)
     if not plan.safeguards.downstream_notifications:
         c.add("no_notifications", "safeguards.downstream_notifications",
               "no downstream owner will be told that publish is paused",
-              "list the downstream owners")
+              "list the downstream owners", unfilled=True)
     if plan.safeguards.rollback_strategy is None:
         c.add("rollback_missing", "safeguards.rollback_strategy", "no rollback strategy",
-              "describe the rollback (sparkguard records the Delta version to RESTORE)")
+              "describe the rollback (sparkguard records the Delta version to RESTORE)",
+              unfilled=True)
     if plan.execution.idempotent is not True:
         c.add("not_idempotent", "execution.idempotent",
               "the write strategy is not declared idempotent",
-              "set idempotent: true; sparkguard proves it by writing the proof slice twice")
+              "set idempotent: true; sparkguard proves it by writing the proof slice twice",
+              unfilled=plan.execution.idempotent is None)
     if not plan.execution.proof_slice:
         c.add("no_proof_slice", "execution.proof_slice",
               "a one-slice proof before the full window is mandatory", "set proof_slice: true")
@@ -369,15 +413,17 @@ def _check(plan: BackfillPlan, path: str, k: Check, c: _Collector) -> None:
     if k.type is not CheckType.DUPLICATE_CHECK and k.threshold_percent is None \
             and k.threshold_absolute is None:
         c.add("thresholds_undefined", f"{path}.threshold_percent", f"{k.type.value} has no threshold",
-              "set threshold_percent (or threshold_absolute); 0 means exact")
+              "set threshold_percent (or threshold_absolute); 0 means exact", unfilled=True)
     if k.type is CheckType.METRIC_RECONCILIATION:
         if not k.metric:
-            c.add("metric_undefined", f"{path}.metric", "metric name missing", "name the metric")
+            c.add("metric_undefined", f"{path}.metric", "metric name missing", "name the metric",
+                  unfilled=True)
         if not (k.source_expr and k.shadow_expr):
             side = "source_expr" if not k.source_expr else "shadow_expr"
             c.add("metric_undefined", f"{path}.{side}",
                   f"metric {k.metric or path!r} needs an expression per side (source_expr and "
-                  "shadow_expr)", "give the SQL expression computing it on each side")
+                  "shadow_expr)", "give the SQL expression computing it on each side",
+                  unfilled=True)
     for name in _IGNORED[k.type]:
         if getattr(k, name) not in (None, False):
             c.add("check_field_ignored", f"{path}.{name}",
@@ -461,6 +507,11 @@ def _transform(plan: BackfillPlan, i: int, t: TargetSpec, c: _Collector) -> None
     for name in names:
         if name in ("source", "window"):
             continue
+        if name.startswith("fill:"):
+            c.add("transform_unfilled", path, f"column {name[5:]!r} has no expression yet "
+                  f"({{{name}}})", f"replace {{{name}}} with the SQL expression computing it from "
+                  "the source's columns", unfilled=True)
+            continue
         if name.startswith("shadow:"):
             up = name.split(":", 1)[1]
             if up not in labels or up == t.label:
@@ -489,13 +540,51 @@ def _claims(plan: BackfillPlan, c: _Collector) -> None:
               "table before writing")
 
 
+_SAYS_MERGE = re.compile(r"(?i)\b(merge|upsert)")
+_SAYS_REPLACE = re.compile(r"(?i)(replace[ _-]?where|\breplace|\boverwrite|\brewrite)")
+
+
+def _seed_text(plan: BackfillPlan, c: _Collector) -> None:
+    """The seed's free-text fields describe the write; they must not contradict how the
+    targets are really promoted (``promotion``, default replace_where)."""
+    specs = plan.target_specs()
+    if not specs:
+        return
+    promos = {t.promotion for t in specs}
+    actual = " and ".join(sorted(p.value for p in promos))
+    defaulted = " (the default when promotion is not set)" if Promotion.REPLACE_WHERE in promos \
+        else ""
+    mode = plan.execution.mode
+    if mode is ExecutionMode.MERGE and Promotion.MERGE not in promos:
+        c.add("seed_text_contradicts", "execution.mode",
+              f"mode says merge, but the targets are promoted by {actual}{defaulted}: the "
+              "window's partitions are replaced, not merged",
+              "set promotion: merge on the targets to merge, or set mode: replay")
+    elif mode is ExecutionMode.OVERWRITE and Promotion.REPLACE_WHERE not in promos:
+        c.add("seed_text_contradicts", "execution.mode",
+              f"mode says overwrite, but the targets are promoted by {actual}",
+              "set promotion: replace_where, or set mode: merge")
+    text = plan.execution.write_strategy or ""
+    merge, replace = bool(_SAYS_MERGE.search(text)), bool(_SAYS_REPLACE.search(text))
+    if merge and not replace and Promotion.MERGE not in promos:
+        c.add("seed_text_contradicts", "execution.write_strategy",
+              f"write_strategy {text[:60]!r} describes a merge, but the targets are promoted by "
+              f"{actual}{defaulted}",
+              "set promotion: merge on the targets to merge, or describe the replaceWhere write")
+    elif replace and not merge and Promotion.REPLACE_WHERE not in promos:
+        c.add("seed_text_contradicts", "execution.write_strategy",
+              f"write_strategy {text[:60]!r} describes a replacement, but the targets are "
+              f"promoted by {actual}",
+              "set promotion: replace_where, or describe the MERGE write")
+
+
 def _approvals(plan: BackfillPlan, c: _Collector) -> None:
     for code, prob in approval_issues(plan):
         c.add(code, prob.path.removeprefix(f"{P}."), prob.message, prob.fix)
 
 
 _RULE_GROUPS: tuple[Callable[[BackfillPlan, _Collector], None], ...] = (
-    _completeness, _window, _safeguards, _checks, _targets, _claims)
+    _completeness, _window, _safeguards, _checks, _targets, _seed_text, _claims)
 
 
 def static_findings(plan: BackfillPlan, *, check_approvals: bool = True) -> list[Finding]:
@@ -506,6 +595,31 @@ def static_findings(plan: BackfillPlan, *, check_approvals: bool = True) -> list
     if check_approvals:
         _approvals(plan, c)
     return c.findings
+
+
+def pre_approval_findings(plan: BackfillPlan) -> list[Finding]:
+    """What ``guard --pre-approval`` checks: everything but granted approvals; an empty
+    ``approvals.required`` is reported as a field still to fill in."""
+    c = _Collector()
+    for rule in _RULE_GROUPS:
+        rule(plan, c)
+    if not plan.approvals.required:
+        c.add("approvals_undefined", "approvals.required", "no approval roles are required",
+              "list at least one role that must approve the backfill", unfilled=True)
+    return c.findings
+
+
+# Fields the live checks need: while one of them is still empty they cannot run.
+_LIVE_NEEDS = ("partitioning", "affected_window", "source_of_truth.dataset", "targets")
+
+
+def live_checks_possible(findings: Sequence[Finding]) -> bool:
+    """True when nothing blocks but empty fields the live checks do not read."""
+    for f in blocking(findings):
+        field = f.path.removeprefix(f"{P}.")
+        if not f.unfilled or (field.startswith(_LIVE_NEEDS) and not field.startswith("targets[")):
+            return False
+    return True
 
 
 def approvable_findings(plan: BackfillPlan) -> list[Finding]:

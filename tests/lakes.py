@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
+from sparkguard.approve import record_approval
 from sparkguard.demo import START, demo_plan
-from sparkguard.plan.approvals import record_approval
 
 # the test session's settings on top of sparkguard's local defaults: 2 cores, small lakes
 TEST_SESSION_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkguard.approve import record_approval
 from sparkguard.cli import main
 from sparkguard.errors import PlanError
 from sparkguard.guard import blocking, static_findings
 from sparkguard.plan import fingerprint, load_plan
-from sparkguard.plan.approvals import approval_issues, record_approval, valid_approvals
+from sparkguard.plan.approvals import approval_issues, valid_approvals
 from sparkguard.plan.loader import approvals_path
 from tests.plan_fixtures import SEED_PLAN, plan_yaml, valid_plan
 

@@ -18,7 +18,7 @@ from tests.lakes import write_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBCOMMANDS = [["guard"], ["approve"], ["run"], ["status"], ["report"], ["rollback"],
-               ["publish"], ["plan", "schema"], ["faults"]]
+               ["publish"], ["plan", "schema"], ["plan", "init"], ["faults"]]
 # Runs a snippet in a fresh interpreter and reports whether it left Spark untouched.
 NO_SPARK_PROBE = """
 import sys

@@ -193,6 +193,19 @@ CASES: list[tuple[str, Mutate, set[str]]] = [
     ("transform_placeholder", _both(TWO_TARGETS, _set("targets.1.transform.sql",
                                                       "SELECT * FROM {source} JOIN {shadow:b}")),
      {"transform_placeholder"}),
+    ("transform_unfilled", _set("targets.0.transform.sql",
+                                "SELECT order_id, {fill:amount} AS amount FROM {source}"),
+     {"transform_unfilled"}),
+    # the seed's write_strategy: merge, promoted by the default replace_where
+    ("seed_text_contradicts", _both(_set("execution.write_strategy", "merge"),
+                                    _set("targets.0.promotion", _DELETE)),
+     {"seed_text_contradicts"}),
+    ("seed_text_contradicts", _set("execution.mode", "merge"), {"seed_text_contradicts"}),
+    ("seed_text_contradicts", _set("targets.0.promotion", "merge"), {"seed_text_contradicts"}),
+    ("seed_text_contradicts", _both(_set("execution.mode", "overwrite"),
+                                    _set("targets.0.promotion", "merge"),
+                                    _set("execution.write_strategy", "MERGE on order_id")),
+     {"seed_text_contradicts"}),
 ]
 
 

@@ -7,25 +7,33 @@ the plan. It counts only while the plan's fingerprint is unchanged, so any edit 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import fcntl
+import hashlib
+import json
 import os
 import tempfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from sparkguard.errors import PlanError, PlanProblem
-from sparkguard.plan.fingerprint import fingerprint
-from sparkguard.plan.loader import approvals_path, load_plan, problems_from_validation, read_sidecar
+from sparkguard.plan.fingerprint import canonical_content, fingerprint
+from sparkguard.plan.loader import approvals_path, problems_from_validation, read_sidecar
 from sparkguard.plan.model import ApprovalRecord, BackfillPlan
 
-__all__ = ["approval_issues", "approval_problems", "record_approval", "valid_approvals"]
+__all__ = ["append_approval", "approval_issues", "approval_problems", "approved_content",
+           "changes_since", "new_approval", "valid_approvals"]
 
 _P = "backfill_plan.approvals"
+_MAX_CHANGES = 8
 
 
 def _same_person(a: str | None, b: str | None) -> bool:
@@ -39,11 +47,70 @@ def valid_approvals(plan: BackfillPlan) -> list[ApprovalRecord]:
     return [a for a in plan.approvals.granted if a.fingerprint == fp and a.role in required]
 
 
+def approved_content(record: ApprovalRecord) -> dict[str, Any] | None:
+    """The canonical content an approval was given for, or None when the record predates
+    recorded content or its content does not hash to its fingerprint."""
+    if not record.content:
+        return None
+    try:
+        text = zlib.decompress(base64.b64decode(record.content, validate=True)).decode("ascii")
+    except (binascii.Error, zlib.error, UnicodeDecodeError):
+        return None
+    if hashlib.sha256(text.encode("ascii")).hexdigest() != record.fingerprint:
+        return None
+    data = json.loads(text)
+    return data if isinstance(data, dict) else None
+
+
+def _show(value: Any) -> str:
+    text = "(absent)" if value is _ABSENT else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_ABSENT = object()
+
+
+def _diff(old: Any, new: Any, path: str, out: list[str]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            _diff(old.get(key, _ABSENT), new.get(key, _ABSENT), f"{path}.{key}" if path else key,
+                  out)
+    elif isinstance(old, list) and isinstance(new, list):
+        for i in range(max(len(old), len(new))):
+            _diff(old[i] if i < len(old) else _ABSENT, new[i] if i < len(new) else _ABSENT,
+                  f"{path}[{i}]", out)
+    elif old != new or type(old) is not type(new):
+        out.append(f"{path}: {_show(old)} -> {_show(new)}")
+
+
+def changes_since(record: ApprovalRecord, plan: BackfillPlan) -> list[str] | None:
+    """``path: old -> new`` for every field changed since ``record`` was given (paths below
+    ``backfill_plan``), or None when the record does not carry the approved content."""
+    old = approved_content(record)
+    if old is None:
+        return None
+    out: list[str] = []
+    _diff(old, json.loads(canonical_content(plan)), "", out)
+    return out
+
+
+def _stale_message(role: str, records: list[ApprovalRecord], plan: BackfillPlan) -> str:
+    latest = max(records, key=lambda r: r.at)
+    head = f"role {role!r} approved an earlier version of this plan"
+    changes = changes_since(latest, plan)
+    if changes is None:
+        return (f"{head}; the plan changed since (that approval does not record the approved "
+                "content, so the changed fields cannot be listed)")
+    more = f"; and {len(changes) - _MAX_CHANGES} more" if len(changes) > _MAX_CHANGES else ""
+    return f"{head}; changed since: " + "; ".join(changes[:_MAX_CHANGES]) + more
+
+
 def approval_issues(plan: BackfillPlan) -> list[tuple[str, PlanProblem]]:
     """Why this plan is not approved to run, as ``(rule code, problem)``; empty: it is.
 
     Codes: ``approvals_undefined`` (no required roles), ``approval_stale`` (the role approved
-    an earlier version), ``approvals_missing`` (never approved), ``owner_self_approval``.
+    an earlier version; the message lists the fields changed since, from what to what),
+    ``approvals_missing`` (never approved), ``owner_self_approval``.
     """
     required = plan.approvals.required
     if not required:
@@ -53,7 +120,10 @@ def approval_issues(plan: BackfillPlan) -> list[tuple[str, PlanProblem]]:
     fp = fingerprint(plan)
     valid = valid_approvals(plan)
     have = {a.role for a in valid}
-    stale = {a.role for a in plan.approvals.granted if a.fingerprint != fp}
+    stale: dict[str, list[ApprovalRecord]] = {}
+    for a in plan.approvals.granted:
+        if a.fingerprint != fp:
+            stale.setdefault(a.role, []).append(a)
     issues: list[tuple[str, PlanProblem]] = []
     for role in required:
         if role in have:
@@ -61,8 +131,7 @@ def approval_issues(plan: BackfillPlan) -> list[tuple[str, PlanProblem]]:
         fix = f"run: sparkguard approve PLAN --role {role} --by NAME (fingerprint {fp[:12]})"
         if role in stale:
             issues.append(("approval_stale", PlanProblem(
-                f"{_P}.granted", f"role {role!r} approved an earlier version of this plan; "
-                "the plan changed since", fix=fix)))
+                f"{_P}.granted", _stale_message(role, stale[role], plan), fix=fix)))
         else:
             issues.append(("approvals_missing", PlanProblem(
                 f"{_P}.granted", f"role {role!r} has not approved this plan", fix=fix)))
@@ -93,39 +162,37 @@ def _locked(side: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def record_approval(plan_path: str | Path, role: str, by: str,
-                    now: dt.datetime | None = None) -> ApprovalRecord:
-    """Append an approval for the plan's current fingerprint to ``<plan>.approvals.yaml``.
+def new_approval(plan: BackfillPlan, source: str, role: str, by: str,
+                 now: dt.datetime | None = None) -> ApprovalRecord:
+    """An approval record for the plan's current fingerprint and content; refuses (PlanError)
+    a role the plan does not require and an empty or odd approver name.
 
-    Refuses (PlanError, nothing written) a role the plan does not require, an empty or odd
-    approver name, and a plan the static guard still blocks for reasons other than approvals.
+    It does not check that the plan is complete enough to approve: the guard does that
+    (:func:`sparkguard.approve.record_approval` runs both).
     """
-    from sparkguard.guard import approvable_findings
-
-    plan = load_plan(plan_path)
-    source = str(plan_path)
     if role not in plan.approvals.required:
         raise PlanError(source, [PlanProblem(
             f"{_P}.required", f"role {role!r} is not a required role", value=role,
             fix=f"use one of {plan.approvals.required}" if plan.approvals.required
             else "list the role under approvals.required first")])
+    content = canonical_content(plan)
     try:
-        record = ApprovalRecord(role=role, by=by, fingerprint=fingerprint(plan),
-                                at=now or dt.datetime.now(dt.UTC))
+        return ApprovalRecord(
+            role=role, by=by, fingerprint=fingerprint(plan), at=now or dt.datetime.now(dt.UTC),
+            content=base64.b64encode(zlib.compress(content.encode("ascii"), 9)).decode("ascii"))
     except ValidationError as exc:
         raise PlanError(source, [PlanProblem("--by", p.message, by, p.fix)
                                  for p in problems_from_validation(exc)]) from None
-    blocks = approvable_findings(plan)
-    if blocks:
-        raise PlanError(source, [f.as_problem() for f in blocks] + [PlanProblem(
-            "backfill_plan", "the plan is not complete enough to approve",
-            fix="fix the problems above, run 'sparkguard guard', then approve")])
+
+
+def append_approval(plan_path: str | Path, record: ApprovalRecord) -> None:
+    """Append ``record`` to ``<plan>.approvals.yaml`` (serialised against concurrent calls,
+    replaced atomically)."""
     side = approvals_path(plan_path)
     with _locked(side):
-        existing = [r.model_dump(mode="json") for r in read_sidecar(plan_path)]
-        existing.append(record.model_dump(mode="json"))
+        existing = [r.model_dump(mode="json", exclude_none=True) for r in read_sidecar(plan_path)]
+        existing.append(record.model_dump(mode="json", exclude_none=True))
         fd, tmp = tempfile.mkstemp(dir=side.parent, prefix=".approvals.")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            yaml.safe_dump({"approvals": existing}, fh, sort_keys=False)
+            yaml.safe_dump({"approvals": existing}, fh, sort_keys=False, width=120)
         os.replace(tmp, side)
-    return record

@@ -515,6 +515,10 @@ class ApprovalRecord(_Frozen):
     by: Person
     at: dt.datetime
     fingerprint: str = Field(pattern=r"^[0-9a-f]{64}$")
+    content: str | None = Field(
+        default=None, max_length=4_000_000, pattern=r"^[A-Za-z0-9+/=]*$",
+        description="The approved canonical content (zlib, base64), so that a later edit can be "
+                    "shown field by field; absent in approvals recorded before it existed.")
 
 
 class Approvals(_Frozen):

@@ -1,0 +1,287 @@
+"""``sparkguard plan init``: read the target and source tables and draft a plan.
+
+Reads schemas and ``DESCRIBE DETAIL``, a bounded sample of distinct partition values (string
+and int partitions only), and aggregate counts over the window: rows per window partition on
+each side, nulls and NaNs per target column, and distinct keys per candidate. Nothing is
+collected beyond those aggregates, nothing is written to any table, and nothing is approved.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from sparkguard import delta_ops
+from sparkguard.draft.decide import (
+    SOURCE,
+    Column,
+    KeyCandidate,
+    KeyEvidence,
+    Layout,
+    day_format,
+    identity_transform,
+    key_candidates,
+    measures,
+    refuse,
+    window_column,
+    window_days,
+)
+from sparkguard.draft.render import Draft, render_draft
+from sparkguard.errors import PlanError, PlanProblem
+from sparkguard.plan.loader import load_plan_text
+from sparkguard.plan.model import PlanValueError, TargetSpec, Transform
+from sparkguard.sql import IDENTIFIER_RE, PartitionType, TableRef, window_predicate
+
+__all__ = ["DraftRequest", "draft_plan", "infer_draft"]
+
+_SAMPLE_VALUES = 20
+_BATCH = 8
+_CONTRACT_TYPE = r"^[A-Za-z][A-Za-z0-9_ ,()<>:]{0,199}$"
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """The ``plan init`` arguments, already resolved (datasets) and parsed (bounds)."""
+
+    source: str
+    target: str
+    start: dt.datetime
+    end: dt.datetime
+    transform_sql: str | None = None
+    transform_callable: str | None = None
+    name: str | None = None
+    owner: str | None = None
+    reason: str | None = None
+
+
+def _columns(schema: T.StructType) -> list[Column]:
+    out = []
+    for f in schema.fields:
+        md = dict(f.metadata or {})
+        out.append(Column(f.name, f.dataType.simpleString(), f.nullable,
+                          str(md.get("comment") or ""),
+                          any(str(k).startswith("delta.identity") for k in md)))
+    return out
+
+
+def _detail(spark: SparkSession, ref: TableRef, schema: Sequence[Column]) -> Layout:
+    row = delta_ops.detail(spark, ref).first()
+    info = row.asDict() if row is not None else {}
+    return Layout(tuple(info.get("partitionColumns") or ()),
+                  tuple(info.get("clusteringColumns") or ()),
+                  tuple(c.name for c in schema if c.is_timestamp),
+                  tuple(c.name for c in schema if c.base == "date"))
+
+
+def _open(spark: SparkSession, flag: str, dataset: str) -> tuple[TableRef, DataFrame]:
+    ref = TableRef.parse(dataset)
+    if not delta_ops.table_exists(spark, ref):
+        raise refuse(flag, f"{ref.display!r} is not a Delta table",
+                     "check the path (it needs a _delta_log folder) or the catalog name")
+    return ref, delta_ops.read_table(spark, ref)
+
+
+def _label(dataset: str) -> str:
+    return TargetSpec(dataset=dataset, business_keys=["x"],
+                      transform=Transform(sql="SELECT 1 FROM {source}")).label
+
+
+def _transform(req: DraftRequest, target: list[Column], source: list[Column]
+               ) -> tuple[str | None, str | None, list[str]]:
+    """(sql, callable, notes) of the drafted transform."""
+    try:
+        if req.transform_callable is not None:
+            Transform(callable=req.transform_callable)
+            return None, req.transform_callable, [
+                "The given transform (--transform-callable), called as f(spark, source_df, "
+                "partitions)."]
+        if req.transform_sql is not None:
+            sql = Transform(sql=req.transform_sql).sql
+            return sql, None, ["The given transform (--transform-sql)."]
+    except PlanValueError as exc:
+        flag = "--transform-callable" if req.transform_callable else "--transform-sql"
+        raise refuse(flag, str(exc), exc.fix) from None
+    except ValueError as exc:  # pydantic's ValidationError
+        flag = "--transform-callable" if req.transform_callable else "--transform-sql"
+        raise refuse(flag, str(exc).splitlines()[-1].strip(), "see templates/backfill-plan.yaml")\
+            from None
+    drafted = identity_transform(target, source)
+    if len(drafted.unfilled) == len(target):
+        raise refuse("--source", "the source has none of the target's columns, so no identity "
+                     "recompute can be drafted", "give --transform-sql FILE or "
+                     "--transform-callable module:function")
+    notes = ["Identity recompute: each target column read from the source column of the same "
+             "name.", "Review it: the job that built the target may derive columns differently."]
+    if drafted.casts:
+        notes.append(f"Cast to the target's type: {'; '.join(drafted.casts)}.")
+    if drafted.unfilled:
+        notes.append(f"FILL IN each {{fill:COLUMN}}: the source has no column "
+                     f"{', '.join(drafted.unfilled)}; write the SQL expression computing it.")
+    return drafted.sql, None, notes
+
+
+def _window_values(tdf: DataFrame, col: str, ptype: PartitionType, days: list[dt.date]
+                   ) -> tuple[list[object], str | None]:
+    if ptype is PartitionType.DATE:
+        return list(days), None
+    sample = [r[0] for r in tdf.select(col).where(F.col(col).isNotNull()).distinct()
+              .limit(_SAMPLE_VALUES).collect()]
+    fmt = day_format(ptype, sample)
+    if fmt is None:
+        raise refuse("--target", f"the values of partition column {col!r} do not write days "
+                     f"(for example {sorted(map(str, sample))[:5]}), so the window cannot be "
+                     "derived from --start/--end", "write the plan from "
+                     "templates/backfill-plan.yaml and list the partitions")
+    texts = [d.strftime(fmt) for d in days]
+    return ([int(t) for t in texts] if ptype is PartitionType.INT else list(texts)), fmt
+
+
+def _rows_per_partition(df: DataFrame, col: str, pred: str) -> dict[str, int]:
+    """Rows per window partition: one aggregation, at most one row per window partition."""
+    return {(v.isoformat() if isinstance(v, dt.date) else str(v)): int(n)
+            for v, n in df.filter(pred).groupBy(col).agg(F.count(F.lit(1))).collect()}
+
+
+def _profile(win: DataFrame, cols: list[Column]) -> tuple[int, dict[str, int], list[str]]:
+    """(rows, nulls per column, float columns holding NaN) of the window, in one aggregation."""
+    aggs = [F.count(F.lit(1)).alias("__rows")]
+    aggs += [F.count(F.col(c.name)).alias(f"__nn{i}") for i, c in enumerate(cols)]
+    aggs += [F.sum(F.isnan(F.col(c.name)).cast("long")).alias(f"__nan{i}")
+             for i, c in enumerate(cols) if c.is_float]
+    row = win.agg(*aggs).first()
+    assert row is not None
+    rows = int(row["__rows"])
+    nulls = {c.name: rows - int(row[f"__nn{i}"]) for i, c in enumerate(cols)}
+    nans = [c.name for i, c in enumerate(cols) if c.is_float and (row[f"__nan{i}"] or 0) > 0]
+    return rows, nulls, nans
+
+
+def _verify(win: DataFrame, part: str, cands: Sequence[KeyCandidate]) -> list[KeyEvidence]:
+    """Rows, rows with a null key column and distinct (partition, key) per candidate, as one
+    aggregation."""
+    aggs: list[SparkColumn] = [F.count(F.lit(1)).alias("__rows")]
+    for i, cand in enumerate(cands):
+        nulls = functools.reduce(lambda a, b: a | b, [F.col(c).isNull() for c in cand.columns])
+        aggs.append(F.sum(nulls.cast("long")).alias(f"__n{i}"))
+        aggs.append(F.count_distinct(F.col(part), *[F.col(c) for c in cand.columns])
+                    .alias(f"__d{i}"))
+    row = win.agg(*aggs).first()
+    assert row is not None
+    return [KeyEvidence(cand, int(row["__rows"]), int(row[f"__n{i}"] or 0), int(row[f"__d{i}"]))
+            for i, cand in enumerate(cands)]
+
+
+def _find_key(win: DataFrame, part: str, cols: list[Column], label: str
+              ) -> tuple[tuple[str, ...], list[KeyEvidence], list[str]]:
+    """(key, evidence of every candidate tried, candidates not tried)."""
+    singles = key_candidates(cols, label, part)
+    tried: list[KeyEvidence] = []
+    for batch in [singles[:1], *[singles[i:i + _BATCH] for i in range(1, len(singles), _BATCH)]]:
+        if not batch:
+            continue
+        found = _verify(win, part, batch)
+        for ev in found:
+            tried.append(ev)
+            if ev.exact:
+                done = {e.candidate for e in tried}
+                return ev.candidate.columns, tried, [
+                    ", ".join(c.columns) for c in singles if c not in done]
+    composites = key_candidates(cols, label, part, composites=True)
+    for i in range(0, len(composites), _BATCH):
+        found = _verify(win, part, composites[i:i + _BATCH])
+        for ev in found:
+            tried.append(ev)
+            if ev.exact:
+                return ev.candidate.columns, tried, []
+    shown = "; ".join(ev.describe() for ev in tried[:12])
+    raise refuse("--target", f"no exact business key in the window ({len(tried)} candidate(s) "
+                 f"tried: {shown or 'no column of an exact type'})",
+                 "deduplicate the target's window, or write the plan from "
+                 "templates/backfill-plan.yaml with the key you know")
+
+
+def infer_draft(spark: SparkSession, req: DraftRequest) -> Draft:
+    """Read both tables (aggregates only) and decide every field of the draft."""
+    tref, tdf = _open(spark, "--target", req.target)
+    sref, sdf = _open(spark, "--source", req.source)
+    if tref.display == sref.display:
+        raise refuse("--source", "the source is the target", "recompute from an upstream table")
+    tcols, scols = _columns(tdf.schema), _columns(sdf.schema)
+    bad = [c.name for c in tcols if not IDENTIFIER_RE.fullmatch(c.name)]
+    if bad:
+        raise refuse("--target", f"column name(s) {bad[:5]} are not plain names (letters, "
+                     "digits, '_'); a plan cannot name them", "rename the columns")
+    layout = _detail(spark, tref, tcols)
+    col, ptype = window_column(layout, tcols)
+    days = window_days(req.start, req.end)
+    scol = next((c for c in scols if c.name == col), None)
+    tbase = next(c for c in tcols if c.name == col).base
+    if scol is None or (scol.base != tbase and not (ptype is PartitionType.INT and scol.base in
+                                                   ("tinyint", "smallint", "int", "bigint"))):
+        got = "has no such column" if scol is None else f"has it as {scol.type}"
+        raise refuse("--source", f"the target is partitioned by {col!r} ({tbase}) but the "
+                     f"source {got}; both sides are bounded by that column",
+                     "give a source with the same partition column")
+    values, fmt = _window_values(tdf, col, ptype, days)
+    pred = window_predicate(col, ptype, values)
+    src_rows = _rows_per_partition(sdf, col, pred)
+    tgt_rows = _rows_per_partition(tdf, col, pred)
+    shown = [v.isoformat() if isinstance(v, dt.date) else str(v) for v in values]
+    if not sum(src_rows.values()):
+        raise refuse("--start", f"the source has no rows in the window ({_span(req)})",
+                     "choose a window where the source has data")
+    missing = [v for v in shown if not src_rows.get(v)]
+    if missing:
+        raise refuse("--start", f"the source has no rows in {len(missing)} window partition(s) "
+                     f"of {len(shown)}: {missing[:10]}; the guard would refuse the plan",
+                     "narrow the window to partitions the source has")
+    if not sum(tgt_rows.values()):
+        raise refuse("--start", f"the target has no rows in the window ({_span(req)}), so no "
+                     "business key can be verified on it", "choose a window where the target "
+                     "has rows, or write the plan from templates/backfill-plan.yaml")
+    win = tdf.filter(pred)
+    label = _label(tref.display)
+    keys, evidence, untried = _find_key(win, col, tcols, label)
+    rows, nulls, nans = _profile(win, tcols)
+    sql, fn, notes = _transform(req, tcols, scols)
+    contract = [c for c in tcols if re.fullmatch(_CONTRACT_TYPE, c.type)]
+    return Draft(
+        name=req.name or f"backfill-{label.replace('_', '-')}-{req.start:%Y-%m-%d}",
+        owner=req.owner, reason=req.reason, source=sref.display, target=tref.display,
+        label=label, start=req.start, end=req.end, window_column=col, window_type=ptype,
+        day_format=fmt, partitions=values, layout=layout,
+        source_layout=_detail(spark, sref, scols), source_rows=src_rows, target_rows=tgt_rows,
+        target_columns=contract, keys=keys, evidence=evidence, untried=untried,
+        not_null=[c.name for c in tcols if rows and nulls[c.name] == 0],
+        measures=measures(tcols, scols, keys, col, label, nans),
+        transform_sql=sql, transform_callable=fn, transform_notes=notes,
+        transform_given=req.transform_sql is not None or req.transform_callable is not None,
+        contract_skipped=[f"{c.name} ({c.type})" for c in tcols if c not in contract])
+
+
+def _span(req: DraftRequest) -> str:
+    return f"[{req.start:%Y-%m-%dT%H:%M:%SZ}, {req.end:%Y-%m-%dT%H:%M:%SZ})"
+
+
+
+def draft_plan(spark: SparkSession, req: DraftRequest) -> tuple[str, Draft]:
+    """The draft's YAML text and what it was inferred from; the text is checked to load as a
+    plan before it is returned (a problem in --name/--owner/--reason is refused here)."""
+    draft = infer_draft(spark, req)
+    text = render_draft(draft)
+    try:
+        load_plan_text(text, SOURCE)
+    except PlanError as exc:
+        flags = {"backfill_plan.name": "--name", "backfill_plan.owner": "--owner",
+                 "backfill_plan.reason": "--reason"}
+        raise PlanError(SOURCE, [PlanProblem(flags.get(p.path, p.path), p.message, p.value, p.fix)
+                                 for p in exc.problems]) from None
+    return text, draft
