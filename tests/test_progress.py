@@ -13,8 +13,8 @@ import yaml
 from sparkguard.chart import chart_available
 from sparkguard.demo import generate_lake
 from sparkguard.evidence import load_evidence
-from sparkguard.execute import run_backfill
 from sparkguard.plan import load_plan
+from sparkguard.run.evaluator import run_backfill
 from tests.test_evidence import TEMPLATE, key_paths
 
 ROWS_PER_DAY = 50

@@ -12,12 +12,14 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sparkguard import execute
+from sparkguard import faults
 from sparkguard.demo import transform_orders
-from sparkguard.execute import run_backfill
 from sparkguard.ledger import Ledger, run_progress
 from sparkguard.plan import load_plan
 from sparkguard.publish import is_paused
+from sparkguard.run.evaluator import run_backfill
+from sparkguard.run.report import RunOutcome
+from sparkguard.run.stages import RunOptions
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -37,7 +39,7 @@ class Crash(BaseException):
 
 
 
-def _run(spark: Any, plan: Path) -> execute.RunOutcome:
+def _run(spark: Any, plan: Path) -> RunOutcome:
     root = plan.parent
     return run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
                         evidence_dir=str(root / "evidence"), out=lambda _m: None)
@@ -112,17 +114,17 @@ def test_crash_after_the_promotion_commit_does_not_promote_twice(
     plan = write_plan(root, _one_slice)
     target, home = root / "target" / "orders_clean", str(root / "_sg")
     v0 = _history(spark, target)[-1]["version"]
-    real = execute.failpoint
+    real = faults.failpoint
 
     def crash_at(name: str) -> None:
         if name == where:
             raise Crash(name)
         real(name)
 
-    monkeypatch.setattr(execute, "failpoint", crash_at)
+    monkeypatch.setattr(faults, "failpoint", crash_at)
     with pytest.raises(Crash):
         _run(spark, plan)
-    monkeypatch.setattr(execute, "failpoint", real)
+    monkeypatch.setattr(faults, "failpoint", real)
     led = Ledger(spark, home)
     (crashed,) = led.latest_runs()
     last = run_progress(led.run_events(crashed.run_id))
@@ -159,7 +161,7 @@ def test_dry_run_slices_are_reused_by_the_real_run(spark: Any, base_lake: Path,
     v0 = _history(spark, target)[-1]["version"]
     dry = run_backfill(spark, load_plan(plan), str(plan), home=home,
                        evidence_dir=str(root / "evidence"), out=lambda _m: None,
-                       options=execute.RunOptions(dry_run=True))
+                       options=RunOptions(dry_run=True))
     assert dry.exit_code == 0
     assert _history(spark, target)[-1]["version"] == v0  # target untouched
     assert not (Path(home) / "control").exists()  # publish state untouched by a dry run
