@@ -102,13 +102,15 @@ def plan_slices(parts: list[object], setting: int | Literal["auto"],
 
 
 def waves_of(slices: Sequence[Sequence[object]], counts: Mapping[str, int] | None = None,
-             max_rows: int = WAVE_MAX_ROWS, max_slices: int = WAVE_MAX_SLICES
-             ) -> list[list[int]]:
+             max_rows: int | None = None, max_slices: int | None = None) -> list[list[int]]:
     """Group slice indexes (0-based, the proof excluded) into waves of consecutive slices.
 
-    A wave closes before it would pass ``max_rows`` source rows or ``max_slices`` slices; a
-    single slice larger than ``max_rows`` is a wave of its own.
+    A wave closes before it would pass ``max_rows`` source rows or ``max_slices`` slices
+    (default :data:`WAVE_MAX_ROWS`, :data:`WAVE_MAX_SLICES`); a single slice larger than
+    ``max_rows`` is a wave of its own.
     """
+    max_rows = WAVE_MAX_ROWS if max_rows is None else max_rows
+    max_slices = WAVE_MAX_SLICES if max_slices is None else max_slices
     waves: list[list[int]] = []
     current: list[int] = []
     rows = 0

@@ -92,11 +92,14 @@ def visit_proof(stage: Proof, ctx: RunContext, state: RunState) -> None:
     faults.failpoint("after_proof")
 
 
-def _groups(slices: Sequence[Sequence[str]], workers: int) -> list[list[str]]:
-    """The wave's slices in up to ``workers`` contiguous groups, one shadow commit each."""
+def _groups(slices: Sequence[Sequence[str]], ids: Sequence[int], workers: int
+            ) -> list[tuple[int, list[str]]]:
+    """The wave's slices in up to ``workers`` contiguous groups, one shadow commit each
+    (tagged with the group's first slice id)."""
     n = max(1, min(workers, len(slices)))
     size = -(-len(slices) // n)
-    return [[p for s in slices[i:i + size] for p in s] for i in range(0, len(slices), size)]
+    return [(ids[i], [p for s in slices[i:i + size] for p in s])
+            for i in range(0, len(slices), size)]
 
 
 def visit_wave(stage: Wave, ctx: RunContext, state: RunState) -> None:
@@ -104,6 +107,8 @@ def visit_wave(stage: Wave, ctx: RunContext, state: RunState) -> None:
     reconcile the wave once with per-partition verdicts and record it once. A target's last
     wave is gated by the full-window reconciliation that follows (same verdicts, one pass)."""
     st, label = state.targets[stage.target or ""], stage.target or ""
+    todo_ids = [i for s, i in zip(stage.slices, stage.slice_ids, strict=True)
+                if not set(s) <= state.done[label]]
     todo = [s for s in stage.slices if not set(s) <= state.done[label]]
     ids = f"{stage.slice_ids[0]}-{stage.slice_ids[-1]}/{len(ctx.window.slices)}"
     if not todo:
@@ -114,11 +119,11 @@ def visit_wave(stage: Wave, ctx: RunContext, state: RunState) -> None:
     typed = {str(p): p for p in ctx.window.partitions}  # a callable gets typed values
     parts = [typed[p] for s in todo for p in s]
     workers = max(1, ctx.plan.execution.max_concurrent_slices)
-    groups = [[typed[p] for p in g] for g in _groups(todo, workers)]
+    groups = [(i, [typed[p] for p in g]) for i, g in _groups(todo, todo_ids, workers)]
     sid = stage.slice_ids[0]
     with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-        list(pool.map(lambda g: write_parts(ctx, state, st, g, sid, f"wave {stage.wave} "
-                                            f"slice {sid}"), groups))
+        list(pool.map(lambda g: write_parts(ctx, state, st, g[1], g[0], f"wave {stage.wave} "
+                                            f"slice {g[0]}"), groups))
     rows = _rows(ctx, parts)
     if stage.last:
         st.pending_wave = (sid, tuple(parts))
