@@ -36,11 +36,14 @@ def write_parts(ctx: RunContext, state: RunState, st: TargetState,
 def record_wave(ctx: RunContext, state: RunState, st: TargetState, sid: int,
                 partitions: Sequence[object], res: ReconcileResult, seconds: float,
                 h: dict[str, int] | None = None) -> None:
-    """One ``slices`` ledger event for a proof slice or a whole wave."""
+    """One ``slices`` ledger event for a proof slice or a whole wave (``res`` may cover more
+    partitions, the full window's for the last wave: the rows counted are the wave's)."""
+    mine = {str(p) for p in partitions}
+    rows = sum(p.rows_shadow for p in res.partitions if p.partition in mine)
     ctx.ledger.record_slice(
         state.run_id, ctx.fingerprint, st.spec.label, sid, [str(p) for p in partitions],
         "reconciled" if res.passed else "gate_failed", state.source_version,
-        rows=int(res.totals().get("rows_shadow", 0)), content_hash=json.dumps(h) if h else None,
+        rows=rows, content_hash=json.dumps(h) if h else None,
         elapsed_s=round(seconds, 3), gates=[g.to_dict() for g in res.gates])
     if res.passed:
         with state.lock:
