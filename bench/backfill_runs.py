@@ -32,8 +32,8 @@ if str(ROOT) not in sys.path:
 
 def child(confs: dict[str, str], runs: int) -> int:
     """Build the session, then time ``runs`` backfills; one JSON line per run."""
-    from sparkguard.execute import run_backfill
     from sparkguard.plan import load_plan
+    from sparkguard.run.evaluator import run_backfill
     from sparkguard.session import local_session_builder
     from tests.lakes import TEST_SESSION_CONF, build_base, copy_lake, write_plan
 

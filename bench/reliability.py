@@ -788,8 +788,8 @@ class _WindowWriter:
 def _run_in_process(spark: SparkSession, lake: Lake, writer: _WindowWriter) -> int:
     """``sparkguard run`` in this process, with the writer hooked in; returns the exit code."""
     from sparkguard.errors import EXIT_RUNTIME, SparkguardError
-    from sparkguard.execute import run_backfill
     from sparkguard.plan import load_plan
+    from sparkguard.run.evaluator import run_backfill
 
     try:
         outcome = run_backfill(spark, load_plan(lake.plan), str(lake.plan), home=lake.home,

@@ -106,18 +106,20 @@ def _cmd_approve(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from sparkguard.guard import blocking, static_findings
     from sparkguard.plan import load_plan
-    from sparkguard.runner import RunOptions, build_stages, explain
+    from sparkguard.run.stages import RunOptions, build_stages, explain
 
     plan = load_plan(args.plan)
     opts = RunOptions(dry_run=args.dry_run, takeover_stale_lock=args.takeover_stale_lock,
                       stale_lock_after_s=args.stale_lock_timeout, explain=args.explain)
     findings = static_findings(plan)
+    if args.explain:  # any plan that loads, approved or not; nothing is read or written
+        print(explain(build_stages(plan, opts)))
+        for f in blocking(findings):
+            print(f"not runnable yet: {f.render(args.plan)}")
+        return EXIT_OK
     if blocking(findings):
         raise PlanError(args.plan, [f.as_problem() for f in blocking(findings)])
-    if args.explain:
-        print(explain(build_stages(plan, opts)))
-        return EXIT_OK
-    from sparkguard.execute import run_backfill
+    from sparkguard.run.evaluator import run_backfill
 
     spark = _session()
     home = _home(args, spark)

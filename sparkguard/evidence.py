@@ -8,20 +8,23 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from sparkguard.errors import EXIT_USAGE, SparkguardError
 from sparkguard.sql import restore_statement
 
+if TYPE_CHECKING:
+    from sparkguard.run.report import RunReport
+
 __all__ = ["EvidenceError", "build_evidence", "load_evidence", "render_markdown", "write_evidence"]
 
 _ENTRY_POINT = "jobs/backfill.py"
 
 
-def build_evidence(run: Any, outcome: str, error: str | None = None) -> dict[str, Any]:
-    """Evidence dict from a run in progress or finished (duck-typed on the runner's state)."""
+def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> dict[str, Any]:
+    """Evidence dict from the typed report of a run in progress or finished."""
     plan = run.plan
     targets: list[dict[str, Any]] = []
     all_gates: list[dict[str, Any]] = []
@@ -33,7 +36,7 @@ def build_evidence(run: Any, outcome: str, error: str | None = None) -> dict[str
         targets.append({
             "name": label,
             "dataset": st.ref.display,
-            "promotion": st.spec.promotion.value,
+            "promotion": st.promotion.value,
             "shadow": st.shadow.display,
             "version_reconciled_against": st.reconciled_version,
             "rollback_point": {
@@ -54,10 +57,10 @@ def build_evidence(run: Any, outcome: str, error: str | None = None) -> dict[str
     row_gates = [g for g in all_gates if g["check_type"] == "row_count_parity"]
     metric_gates = [g for g in all_gates if g["check_type"] == "metric_reconciliation"]
     granted = [a.model_dump(mode="json") for a in plan.approvals.granted
-               if a.fingerprint == run.fp]
+               if a.fingerprint == run.fingerprint]
     promoted = outcome == "promoted"
     code_paths = [_ENTRY_POINT, run.plan_path]
-    code_paths += [t.transform.callable for t in plan.targets if t.transform.callable]
+    code_paths += [t.transform.callable for t in plan.target_specs() if t.transform.callable]
     contracts = [_contract_text(t) for t in plan.targets]
 
     def status(gates: list[dict[str, Any]]) -> str:
@@ -76,8 +79,8 @@ def build_evidence(run: Any, outcome: str, error: str | None = None) -> dict[str
             "staged_validation": {
                 "shadow_run": "pass" if all_gates and not failed else
                 ("fail" if failed else "not_run"),
-                "canary_scope": "proof slice: " + ", ".join(str(p) for p in run.slices[0])
-                if run.slices else None,
+                "canary_scope": "proof slice: " + ", ".join(run.proof_partitions)
+                if run.proof_partitions else None,
                 "notes": error or f"outcome: {outcome}",
             },
             "reconciliation": {
@@ -108,15 +111,16 @@ def build_evidence(run: Any, outcome: str, error: str | None = None) -> dict[str
             "outcome": outcome,
             "error": error,
             "written_at": dt.datetime.now(dt.UTC).isoformat(),
-            "plan": {"name": plan.name, "path": run.plan_path, "fingerprint": run.fp,
+            "plan": {"name": plan.name, "path": run.plan_path, "fingerprint": run.fingerprint,
                      "reason": plan.reason,
                      "checks": [c.model_dump(mode="json", exclude_none=True)
                                 for c in plan.validation.checks]},
             "chart": None,
             "approvals_used": granted,
-            "source": {"dataset": run.source_ref.display, "version_read": run.source_version},
-            "window": {"partition_column": run.p,
-                       "partitions": [str(p) for p in run.parts]},
+            "source": {"dataset": run.source, "version_read": run.source_version},
+            "window": {"partition_column": run.partition_column,
+                       "partitions": list(run.partitions)},
+            "publish": {"paused_by_this_run": run.publish_paused},
             "gates": all_gates,
             "failed_gates": failed,
             "targets": targets,
@@ -148,7 +152,7 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_evidence(run: Any, outcome: str, error: str | None = None) -> str:
+def write_evidence(run: RunReport, outcome: str, error: str | None = None) -> str:
     """Write ``<evidence_dir>/<run_id>.yaml``, ``.md`` and (with matplotlib) ``.png``; return the
     YAML path."""
     from sparkguard.chart import write_chart

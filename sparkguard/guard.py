@@ -27,6 +27,7 @@ from sparkguard.plan.model import (
     Promotion,
     TargetSpec,
 )
+from sparkguard.plan.window import target_order, window_partitions  # re-exported
 from sparkguard.sql import PartitionType, TableRef, UnsafeSQLError
 
 __all__ = ["RULES", "Finding", "Severity", "approvable_findings", "blocking", "draft_notice",
@@ -155,45 +156,6 @@ def draft_notice(plan: BackfillPlan) -> str | None:
 
 
 P = "backfill_plan"
-
-
-def window_partitions(plan: BackfillPlan) -> list[object]:
-    """The window's typed partitions: as listed, or derived from [start_utc, end_utc) for dates.
-
-    Raises UnsafeSQLError when a listed value is not a literal of the partition type.
-    """
-    listed = plan.partition_values()
-    if listed:
-        return sorted(dict.fromkeys(listed))  # type: ignore[type-var]
-    if plan.partitioning and plan.partitioning.type is PartitionType.DATE:
-        return list(plan.window_partitions_from_range() or [])
-    return []
-
-
-def target_order(plan: BackfillPlan) -> list[TargetSpec]:
-    """Targets in dependency order (``depends_on``); raises ValueError on unknown or cycles."""
-    specs = plan.target_specs()
-    by_label = {t.label: t for t in specs}
-    order: list[TargetSpec] = []
-    state: dict[str, int] = {}
-
-    def visit(t: TargetSpec, trail: tuple[str, ...]) -> None:
-        if state.get(t.label) == 2:
-            return
-        if state.get(t.label) == 1:
-            raise ValueError("targets depend on each other in a cycle: "
-                             + " -> ".join([*trail, t.label]))
-        state[t.label] = 1
-        for dep in t.depends_on:
-            if dep not in by_label:
-                raise ValueError(f"target {t.label!r} depends on unknown target {dep!r}")
-            visit(by_label[dep], (*trail, t.label))
-        state[t.label] = 2
-        order.append(t)
-
-    for t in specs:
-        visit(t, ())
-    return order
 
 
 # -- paths ---------------------------------------------------------------------------------

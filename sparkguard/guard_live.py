@@ -21,7 +21,7 @@ from sparkguard.guard import Finding, Severity, window_partitions
 from sparkguard.plan.model import BackfillPlan, Check, CheckType, TargetSpec
 from sparkguard.sql import PartitionType, TableRef, window_predicate
 
-__all__ = ["LIVE_RULES", "live_findings", "retention_days"]
+__all__ = ["LIVE_RULES", "live_check", "live_findings", "retention_days"]
 
 P = "backfill_plan"
 LIVE_RULES: dict[str, tuple[Severity, str]] = {
@@ -72,6 +72,7 @@ class _Live:
         self.parts = window_partitions(plan)
         self.pred = window_predicate(self.p, self.ptype, self.parts)
         self.out: list[Finding] = []
+        self.rows: dict[str, int] = {}  # source rows per window partition
 
     def add(self, code: str, path: str, msg: str, fix: str = "") -> None:
         self.out.append(Finding(LIVE_RULES[code][0], code, f"{P}.{path}", msg, fix))
@@ -101,6 +102,7 @@ class _Live:
         # one aggregation; at most len(window) rows come back
         counts = {r[0]: r[1] for r in src.filter(self.pred).groupBy(self.p)
                   .agg(F.count(F.lit(1))).collect()}
+        self.rows = {str(k): int(v) for k, v in counts.items()}
         missing = [str(x) for x in self.parts if counts.get(x, 0) == 0]
         if missing:
             self.add("window_not_in_source", "affected_window.partitions",
@@ -251,9 +253,15 @@ def _first_line(exc: BaseException) -> str:
 def live_findings(spark: SparkSession, plan: BackfillPlan) -> list[Finding]:
     """Existence, columns and types, window present in the source, transform and metric
     expressions analysable, retention covering the rollback horizon, blast radius."""
+    return live_check(spark, plan)[0]
+
+
+def live_check(spark: SparkSession, plan: BackfillPlan) -> tuple[list[Finding], dict[str, int]]:
+    """:func:`live_findings`, and the source rows per window partition they counted (keyed by
+    ``str(partition)``; the run sizes ``auto`` slices from them)."""
     live = _Live(spark, plan)
     src = live.source()
     for i, t in enumerate(plan.targets):
         if isinstance(t, TargetSpec):
             live.target(i, t, src)
-    return live.out
+    return live.out, live.rows

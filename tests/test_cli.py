@@ -141,7 +141,7 @@ def test_guard_blocks_an_unapproved_plan(tmp_path: Path,
 
 # -- run --explain: the stage list, without Spark ---------------------------------------------
 
-EXPECTED_STAGES = ["guard", "lock", "pause", "proof", "slice", "slice", "reconcile", "promote",
+EXPECTED_STAGES = ["guard", "lock", "pause", "proof", "wave", "reconcile", "promote",
                    "evidence", "resume"]
 
 
@@ -164,6 +164,26 @@ def test_dry_run_explain_stops_before_promotion(tmp_path: Path) -> None:
     assert (rc, untouched) == (EXIT_OK, True)
     kinds = _stage_kinds(out)
     assert kinds[-1] == "dry_run_stop" and "promote" not in kinds
+
+
+def test_run_explain_works_on_an_unapproved_plan_and_writes_nothing(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path, approve=False)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc, untouched, out = _probe(["run", "--plan", str(plan), "--explain"])
+    assert (rc, untouched) == (EXIT_OK, True)
+    assert _stage_kinds(out) == EXPECTED_STAGES
+    assert "not runnable yet" in out and "approval" in out.lower()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_run_explain_works_on_the_bare_template(tmp_path: Path) -> None:
+    template = ROOT / "templates" / "backfill-plan.yaml"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(template.read_text())
+    rc, untouched, out = _probe(["run", "--plan", str(plan), "--explain"])
+    assert (rc, untouched) == (EXIT_OK, True), out
+    assert _stage_kinds(out)[:2] == ["guard", "lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml"]
 
 
 def test_run_refuses_an_unapproved_plan_before_spark(tmp_path: Path) -> None:

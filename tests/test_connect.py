@@ -136,8 +136,8 @@ def test_connect_session_is_detected_and_labels_jobs_with_tags(remote: Any) -> N
 def promoted(remote: Any, rbase: Path, tmp_path_factory: pytest.TempPathFactory
              ) -> dict[str, Any]:
     """One end-to-end backfill over Connect (replaceWhere promotion, several slices)."""
-    from sparkguard.execute import run_backfill
     from sparkguard.plan import load_plan
+    from sparkguard.run.evaluator import run_backfill
 
     root = copy_lake(rbase, tmp_path_factory.mktemp("promoted") / "lake")
     plan = write_plan(root, lambda p: p["execution"].update(slice_partitions=1))
@@ -223,9 +223,9 @@ def test_rollback_refused_for_a_foreign_commit_then_forced(remote: Any,
 @SPARK
 def test_gate_failure_over_connect_leaves_the_target_unchanged(remote: Any, rbase: Path,
                                                                 tmp_path: Path) -> None:
-    from sparkguard.execute import run_backfill
     from sparkguard.plan import load_plan
     from sparkguard.publish import is_paused
+    from sparkguard.run.evaluator import run_backfill
 
     root = copy_lake(rbase, tmp_path / "lake")
     # a transform that silently loses every seventh order: row-count parity must fail
@@ -248,10 +248,10 @@ def test_crash_after_the_merge_commit_then_resume_over_connect(
     """A client process dies right after its MERGE promotion commit; the same command again
     finds the commit, promotes nothing twice and finishes. Then VACUUM removes the rollback
     point's files and the rollback check (no file system in this process) sees it."""
-    from sparkguard.execute import run_backfill
     from sparkguard.faults import KILLED_EXIT_CODE
     from sparkguard.ledger import Ledger, run_progress
     from sparkguard.plan import load_plan
+    from sparkguard.run.evaluator import run_backfill
 
     root = copy_lake(rbase, tmp_path / "lake")
     plan = write_plan(root, lambda p: p["execution"].update(slice_partitions=3),

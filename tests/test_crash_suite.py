@@ -50,8 +50,9 @@ def _call_sites() -> dict[str, list[str]]:
     sites: dict[str, list[str]] = {}
     for path in sorted((ROOT / "sparkguard").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id == "failpoint"):
+            if isinstance(node, ast.Call) and (
+                    (isinstance(node.func, ast.Name) and node.func.id == "failpoint")
+                    or (isinstance(node.func, ast.Attribute) and node.func.attr == "failpoint")):
                 arg = node.args[0]
                 assert isinstance(arg, ast.Constant), f"{path}:{node.lineno}: name not literal"
                 sites.setdefault(str(arg.value), []).append(

@@ -139,3 +139,18 @@ def test_target_checks_are_content_and_replace_the_plan_checks():
     assert spec.metrics == () and spec.row_count is not None and spec.row_count.absolute == 5
     base = load_plan_text(plan_yaml(valid_plan()))
     assert spec_for_target(base, base.target_specs()[0]).metrics  # the plan's checks
+
+
+def test_slice_partitions_auto_keeps_the_fingerprint_of_plans_without_it():
+    """``auto`` replaced ``1`` as the default of an existing field (not a new field): a plan
+    that omits it, or says ``auto``, keeps the fingerprint it had."""
+    def omit(p):
+        p.get("execution", {}).pop("slice_partitions", None)
+
+    assert _fp(omit) == PINNED
+    assert _fp(lambda p: (omit(p), p["execution"].update(slice_partitions="auto"))) == PINNED
+
+
+def test_an_explicit_slice_size_still_changes_it():
+    assert _fp(lambda p: p["execution"].update(slice_partitions=4)) != \
+        _fp(lambda p: p["execution"].update(slice_partitions="auto"))

@@ -13,12 +13,12 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparkguard import execute
+from sparkguard import faults
 from sparkguard.demo import transform_orders
-from sparkguard.execute import run_backfill
 from sparkguard.ledger import Ledger, run_progress
 from sparkguard.plan import load_plan
 from sparkguard.publish import is_paused
+from sparkguard.run.evaluator import run_backfill
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -87,7 +87,7 @@ def test_failure_of_the_second_target_restores_the_first(
     a, b = root / "target" / "orders_clean", root / "target" / "orders_enriched"
     before_a, before_b = _read(spark, a), _read(spark, b)
     va, vb = _history(spark, a)[-1]["version"], _history(spark, b)[-1]["version"]
-    real, seen = execute.failpoint, []
+    real, seen = faults.failpoint, []
 
     def tamper_second_shadow(name: str) -> None:
         if name == "after_promote_commit":
@@ -98,7 +98,7 @@ def test_failure_of_the_second_target_restores_the_first(
                     F.col("order_date") == F.lit(WINDOW[0]))
         real(name)
 
-    monkeypatch.setattr(execute, "failpoint", tamper_second_shadow)
+    monkeypatch.setattr(faults, "failpoint", tamper_second_shadow)
     out = run_backfill(spark, load_plan(plan), str(plan), home=home,
                        evidence_dir=str(root / "evidence"), out=lambda _m: None)
     assert out.exit_code == 1 and "orders_enriched" in out.message

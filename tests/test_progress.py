@@ -13,8 +13,8 @@ import yaml
 from sparkguard.chart import chart_available
 from sparkguard.demo import generate_lake
 from sparkguard.evidence import load_evidence
-from sparkguard.execute import run_backfill
 from sparkguard.plan import load_plan
+from sparkguard.run.evaluator import run_backfill
 from tests.test_evidence import TEMPLATE, key_paths
 
 ROWS_PER_DAY = 50
@@ -69,27 +69,30 @@ def test_run_labels_every_spark_job_and_prints_progress(spark: Any, lake: Path) 
     assert unlabelled == [], "Spark jobs of the run without a sparkguard job group/description"
     descriptions = {d for _, g, d in jobs if g == run_group}
     assert all(outcome.run_id in d for d in descriptions if d)
-    for stage in ("slice 1: shadow write", "slice 1: reconcile", "slice 2: shadow write",
-                  "slice 2: reconcile", "full-window reconciliation", "promote",
+    for stage in ("slice 1: shadow write", "slice 1: reconcile", "wave 1 slice 2: shadow write",
+                  "full-window reconciliation", "promote",
                   "verify promotion", "pause publish", "reopen publish"):
         assert any(stage in d for d in descriptions if d), f"no job described as {stage!r}"
 
     # progress: the proof slice and every further slice on one line each, with counts
     proof = [ln for ln in lines if "proof slice ['2026-05-02']" in ln]
     assert len(proof) == 1 and f"{ROWS_PER_DAY} rows" in proof[0]
+    # the last wave is gated by the full-window reconciliation that follows it at once
     slices = [m for ln in lines if (m := re.search(
-        r"slice (\d+)/(\d+) \['([\d-]+)'\]: (\d+) rows, gates passed; "
-        r"elapsed (\d+\.\d)s, about (\d+)s left$", ln))]
-    assert [(m.group(1), m.group(2), m.group(3), int(m.group(4))) for m in slices] == \
-        [("2", "2", "2026-05-03", ROWS_PER_DAY)]
+        r"wave (\d+) slices (\d+)-(\d+)/(\d+) \((\d+) partitions, 1 commit\(s\)\): (\d+) rows, "
+        r"gates with the full window; elapsed (\d+\.\d)s, about (\d+)s left$", ln))]
+    assert [tuple(int(g) for g in m.groups()[:6]) for m in slices] == \
+        [(1, 2, 2, 2, 1, ROWS_PER_DAY)]
     assert all(re.match(r"^\[\s*\d+\.\ds\] ", ln) for ln in lines), "line without elapsed time"
-    # one line per stage as it starts, in order, with an estimate once a stage has finished
+    # one line per stage as it starts, in order; an estimate once slice work has been measured
+    # (cost per source row of the writes and reconciliations so far), never a guess before
     stages = [m for ln in lines if (m := re.search(
-        r"stage (\d+)/(\d+) (\w+): .*\(elapsed (\d+\.\d)s, about (\d+)s left\)$", ln))]
-    assert [m.group(3) for m in stages] == ["lock", "pause", "proof", "slice", "reconcile",
+        r"stage (\d+)/(\d+) (\w+): .*\(elapsed (\d+\.\d)s(, about (\d+)s left)?\)$", ln))]
+    assert [m.group(3) for m in stages] == ["lock", "pause", "proof", "wave", "reconcile",
                                             "promote", "evidence", "resume"]
     assert [int(m.group(1)) for m in stages] == list(range(2, 10))
     assert {m.group(2) for m in stages} == {"9"}
+    assert [m.group(5) is not None for m in stages] == [False] * 4 + [True] * 4
 
     # evidence of the real run: YAML with every documented field, Markdown linking the chart
     assert outcome.evidence_path is not None

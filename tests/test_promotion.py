@@ -16,13 +16,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from sparkguard import delta_ops, execute
+from sparkguard import delta_ops, faults
 from sparkguard.demo import transform_orders
-from sparkguard.execute import run_backfill
 from sparkguard.ledger import Ledger, run_progress
 from sparkguard.plan import load_plan
 from sparkguard.publish import is_paused
-from sparkguard.runner import RunOptions
+from sparkguard.run.evaluator import run_backfill
+from sparkguard.run.report import RunOutcome
+from sparkguard.run.stages import RunOptions
 from sparkguard.sql import PartitionType, TableRef, window_predicate
 from tests.lakes import WINDOW, copy_lake, write_plan
 
@@ -49,7 +50,7 @@ def _rows_on(spark: Any, root: Path, day: Any, offset: int) -> DataFrame:
 
 def _hook(monkeypatch: Any, at: str, action: Any, times: int = 1) -> list[str]:
     """Run ``action`` at the named failpoint of the run (the first ``times`` times)."""
-    real, seen = execute.failpoint, []
+    real, seen = faults.failpoint, []
 
     def hook(name: str) -> None:
         if name == at and len(seen) < times:
@@ -57,7 +58,7 @@ def _hook(monkeypatch: Any, at: str, action: Any, times: int = 1) -> list[str]:
             action()
         real(name)
 
-    monkeypatch.setattr(execute, "failpoint", hook)
+    monkeypatch.setattr(faults, "failpoint", hook)
     return seen
 
 
@@ -66,7 +67,7 @@ def _one_slice(plan: dict[str, Any]) -> None:
 
 
 def _run(spark: Any, plan: Path, lines: list[str] | None = None,
-         options: RunOptions | None = None) -> execute.RunOutcome:
+         options: RunOptions | None = None) -> RunOutcome:
     root = plan.parent
     return run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
                         evidence_dir=str(root / "evidence"), options=options,

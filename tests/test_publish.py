@@ -11,11 +11,11 @@ import pytest
 from delta.tables import DeltaTable
 
 from sparkguard.cli import main
-from sparkguard.execute import run_backfill
 from sparkguard.ledger import Ledger
 from sparkguard.notify import FileNotifier
 from sparkguard.plan import load_plan
 from sparkguard.publish import PublishControl, is_paused, register_view, status_sql
+from sparkguard.run.evaluator import run_backfill
 from tests.lakes import copy_lake, set_transform, write_plan
 
 pytestmark = pytest.mark.spark

@@ -12,12 +12,14 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sparkguard import execute
+from sparkguard import faults
 from sparkguard.demo import transform_orders
-from sparkguard.execute import run_backfill
 from sparkguard.ledger import Ledger, run_progress
 from sparkguard.plan import load_plan
 from sparkguard.publish import is_paused
+from sparkguard.run.evaluator import run_backfill
+from sparkguard.run.report import RunOutcome
+from sparkguard.run.stages import RunOptions
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -37,7 +39,7 @@ class Crash(BaseException):
 
 
 
-def _run(spark: Any, plan: Path) -> execute.RunOutcome:
+def _run(spark: Any, plan: Path) -> RunOutcome:
     root = plan.parent
     return run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
                         evidence_dir=str(root / "evidence"), out=lambda _m: None)
@@ -53,7 +55,7 @@ def _expected(spark: Any, root: Path) -> DataFrame:
     return transform_orders(spark, src, []).orderBy("order_date", "order_id")
 
 
-def test_failure_on_slice_3_then_fix_and_rerun_skips_slices_1_and_2(
+def test_failure_on_slice_3_then_fix_and_rerun_redoes_only_the_unfinished_wave(
         spark: Any, base_lake: Path, tmp_path: Path) -> None:
     root = copy_lake(base_lake, tmp_path / "lake")
     plan = write_plan(root, lambda p: (p["targets"][0].update(
@@ -69,8 +71,9 @@ def test_failure_on_slice_3_then_fix_and_rerun_skips_slices_1_and_2(
     led = Ledger(spark, home)
     (prog,) = led.latest_runs()
     assert prog.state == "failed" and "transform bug" in (prog.error or "")
+    # slices 2 and 3 form one wave: it did not finish, so nothing of it is recorded
     assert [(s["slice_id"], s["state"]) for s in led.slice_events(prog.run_id)] == [
-        (1, "reconciled"), (2, "reconciled")]
+        (1, "reconciled")]
     assert is_paused(spark, str(target), home)  # a failed run keeps publish paused
     assert led.lock_holder(str(target)) is None  # and released its lock
     shadow = Path(home) / "shadow"
@@ -85,11 +88,13 @@ def test_failure_on_slice_3_then_fix_and_rerun_skips_slices_1_and_2(
     assert out.exit_code == 0, out.message
     assert out.run_id == prog.run_id  # the same run, resumed
     st = out.targets["orders_clean"]
-    assert sorted(st.skipped_slices) == [1, 2]
-    # only slice 3 was written again: one shadow commit, no rewrite of slices 1 and 2
+    assert sorted(st.skipped_slices) == [1]
+    # only the unfinished wave was written again (two slices side by side: two commits), the
+    # proof slice was not rewritten; the junk in slice 3's partition is gone (content below)
     new_writes = [h for h in _history(spark, shadow_path) if h["userMetadata"]][
         len(writes_before):]
-    assert len(new_writes) == 1 and '"slice": 3' in new_writes[0]["userMetadata"]
+    assert sorted('"slice": 3' in h["userMetadata"] for h in new_writes) == [False, True]
+    assert not any('"slice": 1' in h["userMetadata"] for h in new_writes)
     assert_df_equality(spark.read.format("delta").load(str(target))
                        .orderBy("order_date", "order_id"), _expected(spark, root),
                        ignore_nullable=True)
@@ -112,17 +117,17 @@ def test_crash_after_the_promotion_commit_does_not_promote_twice(
     plan = write_plan(root, _one_slice)
     target, home = root / "target" / "orders_clean", str(root / "_sg")
     v0 = _history(spark, target)[-1]["version"]
-    real = execute.failpoint
+    real = faults.failpoint
 
     def crash_at(name: str) -> None:
         if name == where:
             raise Crash(name)
         real(name)
 
-    monkeypatch.setattr(execute, "failpoint", crash_at)
+    monkeypatch.setattr(faults, "failpoint", crash_at)
     with pytest.raises(Crash):
         _run(spark, plan)
-    monkeypatch.setattr(execute, "failpoint", real)
+    monkeypatch.setattr(faults, "failpoint", real)
     led = Ledger(spark, home)
     (crashed,) = led.latest_runs()
     last = run_progress(led.run_events(crashed.run_id))
@@ -159,7 +164,7 @@ def test_dry_run_slices_are_reused_by_the_real_run(spark: Any, base_lake: Path,
     v0 = _history(spark, target)[-1]["version"]
     dry = run_backfill(spark, load_plan(plan), str(plan), home=home,
                        evidence_dir=str(root / "evidence"), out=lambda _m: None,
-                       options=execute.RunOptions(dry_run=True))
+                       options=RunOptions(dry_run=True))
     assert dry.exit_code == 0
     assert _history(spark, target)[-1]["version"] == v0  # target untouched
     assert not (Path(home) / "control").exists()  # publish state untouched by a dry run

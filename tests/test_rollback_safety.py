@@ -150,8 +150,8 @@ def test_rollback_refused_before_restore_when_vacuum_removed_needed_files(
 @pytest.mark.parametrize("policy", ["delete", "keep"])
 def test_merge_promotion_handles_rows_no_longer_produced(
         spark: Any, base_lake: Path, tmp_path: Path, policy: str) -> None:
-    from sparkguard.execute import run_backfill
     from sparkguard.plan import load_plan
+    from sparkguard.run.evaluator import run_backfill
 
     root = copy_lake(base_lake, tmp_path / "lake")
     target = root / "target" / "orders_clean"

@@ -23,11 +23,17 @@ def canonical_content(plan: BackfillPlan) -> str:
     that must invalidate the approvals given under the stricter plan. Formatting, comments, key
     order and equivalent spellings of a value (``2026-05-01`` / ``"2026-05-01T00:00:00Z"``) do
     not change it, because it is computed from the validated, normalised models.
+    ``execution.slice_partitions: auto`` counts as ``1``, the default it replaced, so plans
+    approved before keep their approvals.
     """
     data = plan.model_dump(mode="json", exclude=_added_at_default(plan) or None)
     data.pop("status", None)
     data["approvals"].pop("granted", None)
     data["execution"].pop("dry_run_completed", None)
+    if data["execution"].get("slice_partitions") == "auto":
+        # ``auto`` became the default after ``1``: a plan that omits the field keeps the
+        # fingerprint it had (slicing changes the cost of a run, never what it promotes)
+        data["execution"]["slice_partitions"] = 1
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 

@@ -427,7 +427,10 @@ class Execution(_Frozen):
             "records dry runs.")
     shadow_location: PathStr | None = Field(
         default=None, description="Folder for shadow tables; default <home>/shadow. Never the target.")
-    slice_partitions: int = Field(default=1, ge=1, le=366, description="Partitions per slice.")
+    slice_partitions: Annotated[int, Field(ge=1, le=366)] | Literal["auto"] = Field(
+        default="auto", description="Partitions per slice, or auto: the proof slice is the first "
+            "partition, the rest is grouped towards 2,000,000 source rows per slice (from the "
+            "live guard's row counts).")
     max_concurrent_slices: int = Field(
         default=1, ge=1, le=16, description="Slices written at once after the proof slice.")
     proof_slice: bool = Field(

@@ -1,0 +1,126 @@
+"""Window maths the guard and the run share (pure): partitions, target order, slices, waves.
+
+``auto`` slicing: the proof slice is the window's first partition alone (the smallest bounded
+piece to write twice); the remaining partitions are grouped, in order, into slices of about
+:data:`AUTO_ROWS_PER_SLICE` source rows. Waves group consecutive slices after the proof: a
+wave holds at most :data:`WAVE_MAX_ROWS` source rows and :data:`WAVE_MAX_SLICES` slices, so a
+failing gate stops the run after a bounded amount of work. ``docs/state-machine.md`` explains
+the choice of numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from sparkguard.plan.model import BackfillPlan, TargetSpec
+from sparkguard.sql import PartitionType
+
+__all__ = ["AUTO_ROWS_PER_SLICE", "WAVE_MAX_ROWS", "WAVE_MAX_SLICES", "plan_slices",
+           "slices_of", "target_order", "waves_of", "window_partitions"]
+
+AUTO_ROWS_PER_SLICE = 2_000_000
+WAVE_MAX_ROWS = 8_000_000
+WAVE_MAX_SLICES = 64
+
+
+def window_partitions(plan: BackfillPlan) -> list[object]:
+    """The window's typed partitions: as listed, or derived from [start_utc, end_utc) for dates.
+
+    Raises UnsafeSQLError when a listed value is not a literal of the partition type.
+    """
+    listed = plan.partition_values()
+    if listed:
+        return sorted(dict.fromkeys(listed))  # type: ignore[type-var]
+    if plan.partitioning and plan.partitioning.type is PartitionType.DATE:
+        return list(plan.window_partitions_from_range() or [])
+    return []
+
+
+def target_order(plan: BackfillPlan) -> list[TargetSpec]:
+    """Targets in dependency order (``depends_on``); raises ValueError on unknown or cycles."""
+    specs = plan.target_specs()
+    by_label = {t.label: t for t in specs}
+    order: list[TargetSpec] = []
+    state: dict[str, int] = {}
+
+    def visit(t: TargetSpec, trail: tuple[str, ...]) -> None:
+        if state.get(t.label) == 2:
+            return
+        if state.get(t.label) == 1:
+            raise ValueError("targets depend on each other in a cycle: "
+                             + " -> ".join([*trail, t.label]))
+        state[t.label] = 1
+        for dep in t.depends_on:
+            if dep not in by_label:
+                raise ValueError(f"target {t.label!r} depends on unknown target {dep!r}")
+            visit(by_label[dep], (*trail, t.label))
+        state[t.label] = 2
+        order.append(t)
+
+    for t in specs:
+        visit(t, ())
+    return order
+
+
+def slices_of(values: list[object], size: int) -> list[list[object]]:
+    """Split the window's partitions into consecutive slices of ``size``."""
+    return [values[i:i + size] for i in range(0, len(values), size)]
+
+
+def _rows(counts: Mapping[str, int] | None, part: object) -> int:
+    return int(counts.get(str(part), 0)) if counts else 0
+
+
+def plan_slices(parts: list[object], setting: int | Literal["auto"],
+                counts: Mapping[str, int] | None = None,
+                rows_per_slice: int = AUTO_ROWS_PER_SLICE) -> list[list[object]]:
+    """The window's slices; the first is the proof slice.
+
+    An explicit number keeps its meaning (that many partitions per slice). ``auto`` makes the
+    first partition the proof slice and groups the rest towards ``rows_per_slice`` rows, from
+    ``counts`` (source rows per partition, keyed by ``str(partition)``); without counts (e.g.
+    ``--explain`` before any Spark) every remaining partition goes into one slice.
+    """
+    if setting != "auto":
+        return slices_of(parts, int(setting))
+    if not parts:
+        return []
+    out: list[list[object]] = [[parts[0]]]
+    current: list[object] = []
+    rows = 0
+    for p in parts[1:]:
+        n = _rows(counts, p)
+        if current and counts is not None and rows + n > rows_per_slice:
+            out.append(current)
+            current, rows = [], 0
+        current.append(p)
+        rows += n
+    if current:
+        out.append(current)
+    return out
+
+
+def waves_of(slices: Sequence[Sequence[object]], counts: Mapping[str, int] | None = None,
+             max_rows: int | None = None, max_slices: int | None = None) -> list[list[int]]:
+    """Group slice indexes (0-based, the proof excluded) into waves of consecutive slices.
+
+    A wave closes before it would pass ``max_rows`` source rows or ``max_slices`` slices
+    (default :data:`WAVE_MAX_ROWS`, :data:`WAVE_MAX_SLICES`); a single slice larger than
+    ``max_rows`` is a wave of its own.
+    """
+    max_rows = WAVE_MAX_ROWS if max_rows is None else max_rows
+    max_slices = WAVE_MAX_SLICES if max_slices is None else max_slices
+    waves: list[list[int]] = []
+    current: list[int] = []
+    rows = 0
+    for i in range(1, len(slices)):
+        n = sum(_rows(counts, p) for p in slices[i])
+        if current and (rows + n > max_rows or len(current) >= max_slices):
+            waves.append(current)
+            current, rows = [], 0
+        current.append(i)
+        rows += n
+    if current:
+        waves.append(current)
+    return waves

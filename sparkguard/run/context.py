@@ -1,0 +1,149 @@
+"""What a run knows: a frozen context (inputs) and a mutable state (progress).
+
+Stage handlers receive both explicitly; nothing else is shared between them. The typed
+:class:`sparkguard.run.report.RunReport` is built from the two for the evidence and the CLI.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from sparkguard.ledger import Ledger, PlanHistory, RunProgress
+from sparkguard.notify import Notifier, send_all
+from sparkguard.plan.model import BackfillPlan, Promotion, TargetSpec
+from sparkguard.publish import PublishControl
+from sparkguard.reconcile.verdicts import GateResult, ReconcileResult
+from sparkguard.run.stages import RunOptions
+from sparkguard.sql import PartitionType, TableRef, window_predicate
+
+__all__ = ["RunContext", "RunState", "TargetState", "Window", "notify", "record"]
+
+
+@dataclass(frozen=True)
+class Window:
+    """The window's partition column, its typed partitions and their slicing."""
+
+    column: str
+    type: PartitionType
+    partitions: tuple[object, ...]
+    slices: tuple[tuple[object, ...], ...]
+    waves: tuple[tuple[int, ...], ...]  # slice indexes after the proof (0-based)
+    rows: Mapping[str, int] | None = None  # source rows per partition (live guard)
+
+    def pred(self, partitions: Sequence[object], alias: str | None = None) -> str:
+        return window_predicate(self.column, self.type, list(partitions), alias)
+
+
+@dataclass
+class TargetState:
+    """What the run knows about one target as it goes."""
+
+    spec: TargetSpec
+    ref: TableRef
+    shadow: TableRef
+    proof_hash: dict[str, int] | None = None
+    slice_results: list[ReconcileResult] = field(default_factory=list)
+    schema_gates: list[GateResult] = field(default_factory=list)
+    window: ReconcileResult | None = None
+    start_version: int | None = None  # target version when the run took its lock
+    reconciled_version: int | None = None
+    rollback_version: int | None = None
+    promoted_version: int | None = None
+    verified: bool = False
+    restored: bool = False
+    skipped_slices: list[int] = field(default_factory=list)
+    pending_wave: tuple[int, tuple[object, ...]] | None = None  # written, gated with the window
+    txn_version: int = 1  # Delta txnVersion of the next promotion attempt
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def baseline_version(self) -> int | None:
+        """The version the window is known unchanged since: the lock, else reconciliation.
+
+        Since the lock, not only since reconciliation: rows written into the window before
+        reconciliation would otherwise be replaced without a word.
+        """
+        return self.start_version if self.start_version is not None else self.reconciled_version
+
+    @property
+    def deletes_unmatched(self) -> bool:
+        """Rows the recomputation no longer produces leave the target on promotion."""
+        return (self.spec.promotion is Promotion.REPLACE_WHERE
+                or self.spec.merge.when_not_matched_by_source == "delete")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """The inputs of a run; fixed once it starts."""
+
+    spark: SparkSession
+    plan: BackfillPlan
+    plan_path: str
+    fingerprint: str
+    window: Window
+    home: str
+    evidence_dir: str
+    options: RunOptions
+    console: Callable[[str], None]
+    notifiers: tuple[Notifier, ...]
+    ledger: Ledger
+    publish: PublishControl
+    source: TableRef
+    t0: float
+
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self.t0, 3)
+
+    def say(self, msg: str) -> None:
+        self.console(f"[{self.elapsed():7.1f}s] {msg}")
+
+
+@dataclass
+class RunState:
+    """What a run has done so far: run id, versions read and written, per-target state."""
+
+    targets: dict[str, TargetState]
+    run_id: str = ""
+    source_version: int | None = None
+    source_df: DataFrame | None = None  # the pinned source snapshot, built once
+    history: PlanHistory | None = None
+    resumed: RunProgress | None = None
+    holds_locks: bool = False
+    publish_paused: bool = False  # this run's publish hold is set
+    locked: list[str] = field(default_factory=list)
+    done: dict[str, set[str]] = field(default_factory=dict)  # label -> partitions reconciled
+    proof_done: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> slice event
+    ledger_facts: dict[str, Any] = field(default_factory=dict)
+    evidence_path: str | None = None
+    work_s: float = 0.0  # seconds spent writing and reconciling slices
+    work_rows: int = 0  # source rows those seconds covered
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def resumed_state(self) -> str | None:
+        return self.resumed.state if self.resumed is not None else None
+
+
+def record(ctx: RunContext, state: RunState, event: str, st: TargetState | None = None,
+           **kw: Any) -> None:
+    """Append a run event (target events carry the target's label and dataset)."""
+    if st is not None:
+        kw.setdefault("label", st.spec.label)
+        kw["target"] = st.ref.display
+    ctx.ledger.record_run(state.run_id, event, fingerprint=ctx.fingerprint,
+                          elapsed_s=ctx.elapsed(), **kw)
+
+
+def notify(ctx: RunContext, state: RunState, event: str, **payload: Any) -> None:
+    """Send ``event`` to every notifier; a failed delivery is printed, never raised."""
+    errors = send_all(ctx.notifiers, event, ctx.plan.safeguards.downstream_notifications,
+                      {"run_id": state.run_id, "plan": ctx.plan.name,
+                       "fingerprint": ctx.fingerprint, **payload})
+    for e in errors:
+        ctx.say(f"notification {event} not delivered: {e}")

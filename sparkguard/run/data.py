@@ -1,0 +1,141 @@
+"""The DataFrames of a run: pinned source, transform, shadow, target; and their comparisons."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sparkguard import delta_ops
+from sparkguard.errors import SparkguardError
+from sparkguard.reconcile.engine import columns_of, reconcile, row_hash, table_fingerprint
+from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target
+from sparkguard.reconcile.verdicts import ReconcileResult
+from sparkguard.run.context import RunContext, RunState, TargetState
+from sparkguard.run.labels import set_job_label
+
+__all__ = ["TransformResultError", "fingerprints", "job", "print_gates", "reconcile_part",
+           "shadow_df", "source_df", "target_df", "transform"]
+
+
+class TransformResultError(SparkguardError):
+    """Raised when a transform callable returns something other than a DataFrame.
+
+    It surfaces once the run holds its locks and paused publish: a runtime failure (exit 3)
+    that leaves publish paused, not a plan error.
+    """
+
+
+def job(ctx: RunContext, state: RunState, desc: str) -> None:
+    """Label this thread's next Spark jobs: group ``sparkguard-<run id>``, ``desc`` per stage."""
+    group = f"sparkguard-{state.run_id}" if state.run_id else f"sparkguard-plan-{ctx.plan.name}"
+    set_job_label(ctx.spark, group, desc)
+
+
+def source_df(ctx: RunContext, state: RunState, partitions: Sequence[object]) -> DataFrame:
+    """The source at the pinned version, restricted to ``partitions``."""
+    if state.source_df is None:
+        state.source_df = (
+            delta_ops.read_version(ctx.spark, ctx.source, state.source_version)
+            if state.source_version is not None else delta_ops.read_table(ctx.spark, ctx.source))
+    return state.source_df.filter(ctx.window.pred(partitions))
+
+
+def shadow_df(ctx: RunContext, st: TargetState, partitions: Sequence[object]) -> DataFrame:
+    return delta_ops.read_table(ctx.spark, st.shadow).filter(ctx.window.pred(partitions))
+
+
+def target_df(ctx: RunContext, st: TargetState, partitions: Sequence[object],
+              version: int | None = None) -> DataFrame:
+    df = (delta_ops.read_version(ctx.spark, st.ref, version) if version is not None
+          else delta_ops.read_table(ctx.spark, st.ref))
+    return df.filter(ctx.window.pred(partitions))
+
+
+def transform(ctx: RunContext, state: RunState, st: TargetState, partitions: Sequence[object],
+              tag: str) -> tuple[DataFrame, list[str]]:
+    """The target's recomputation for ``partitions``, and the temp views it uses."""
+    tr = st.spec.transform
+    src = source_df(ctx, state, partitions)
+    if tr.callable:
+        mod_name, fn_name = tr.callable.split(":")
+        fn = getattr(importlib.import_module(mod_name), fn_name)
+        df = fn(ctx.spark, src, list(partitions))
+        if not isinstance(df, DataFrame):
+            raise TransformResultError(
+                f"{st.spec.label}: transform.callable {tr.callable} returned "
+                f"{type(df).__name__}, not a pyspark DataFrame; nothing was promoted and publish "
+                "stays paused. Return the recomputed rows as a DataFrame, then re-run the same "
+                "command")
+        return df, []
+    assert tr.sql is not None
+    view = f"__sg_src_{re.sub(r'[^A-Za-z0-9]', '_', state.run_id)}_{tag}"
+    src.createOrReplaceTempView(view)
+    views = [view]
+    sql = tr.sql.replace("{source}", f"`{view}`").replace("{window}", ctx.window.pred(partitions))
+    for label, other in state.targets.items():
+        token = "{shadow:" + label + "}"
+        if token in sql:
+            oview = f"{view}_up_{label}"
+            shadow_df(ctx, other, partitions).createOrReplaceTempView(oview)
+            views.append(oview)
+            sql = sql.replace(token, f"`{oview}`")
+    return ctx.spark.sql(sql), views
+
+
+def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
+                   partitions: Sequence[object], scope: str, target_version: int | None = None,
+                   preview: bool = False) -> ReconcileResult:
+    """Gates of the shadow against the source, per partition; the change preview against the
+    target only with ``preview`` (the full window's)."""
+    spec = spec_for_target(ctx.plan, st.spec)
+    shadow = shadow_df(ctx, st, partitions)
+    target = target_df(ctx, st, partitions, target_version)
+    res = reconcile(spec, shadow=shadow, target=target,
+                    source=source_df(ctx, state, partitions), partitions=list(partitions),
+                    scope=scope, preview=preview)
+    schema = schema_contract_gates(columns_of(shadow), columns_of(target), st.spec.contract)
+    return ReconcileResult(scope=res.scope, partitions=res.partitions,
+                           gates=(*res.gates, *schema), preview=res.preview,
+                           duplicate_sample=res.duplicate_sample)
+
+
+def fingerprints(a: DataFrame, b: DataFrame) -> tuple[dict[str, int], dict[str, int]]:
+    """Content hashes of two DataFrames with the same columns, in one Spark job."""
+    cols = sorted(a.columns)
+    if cols != sorted(b.columns):
+        return table_fingerprint(a), table_fingerprint(b)
+    both = (a.select(*cols).withColumn("__sg_side", F.lit(0))
+            .unionByName(b.select(*cols).withColumn("__sg_side", F.lit(1))))
+    h = row_hash(both, cols)
+    rows = {r["__sg_side"]: r for r in both.select("__sg_side", h.alias("h"))
+            .groupBy("__sg_side").agg(
+                F.count(F.lit(1)).alias("rows"),
+                F.sum(F.col("h").bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
+                F.sum(F.shiftrightunsigned(F.col("h"), 32)).alias("hi")).collect()}
+
+    def one(side: int) -> dict[str, int]:
+        r = rows.get(side)
+        return ({"rows": int(r["rows"]), "lo": int(r["lo"] or 0), "hi": int(r["hi"] or 0)}
+                if r else {"rows": 0, "lo": 0, "hi": 0})
+
+    return one(0), one(1)
+
+
+def _short(v: Any) -> str:
+    s = str(v)
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+def print_gates(ctx: RunContext, label: str, res: ReconcileResult) -> None:
+    for g in res.gates:
+        mark = "PASS" if g.passed else "FAIL"
+        where = f" [{g.partition}]" if g.partition else ""
+        measured = g.measured.get("value") if isinstance(g.measured, dict) and \
+            "value" in g.measured else g.measured
+        ctx.say(f"  {mark} {label} {g.gate}{where}: measured={_short(measured)} "
+                f"expected={_short(g.expected)} threshold={g.threshold} - {g.reason}")

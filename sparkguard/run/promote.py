@@ -1,0 +1,203 @@
+"""Promotion of one target: rollback point, one commit, exactly once, verified."""
+
+from __future__ import annotations
+
+import time
+
+from sparkguard import delta_ops, faults
+from sparkguard.errors import GateFailedError, SparkguardError, TargetMovedError
+from sparkguard.plan.model import Promotion
+from sparkguard.reconcile.engine import reconcile
+from sparkguard.reconcile.spec import spec_for_target
+from sparkguard.run.context import RunContext, RunState, TargetState, notify, record
+from sparkguard.run.data import fingerprints, job, shadow_df, target_df
+from sparkguard.run.stages import Promote
+from sparkguard.run.undo import restore_target
+
+__all__ = ["verify", "visit_promote"]
+
+
+def visit_promote(stage: Promote, ctx: RunContext, state: RunState) -> None:
+    st = state.targets[stage.target or ""]
+    label = st.spec.label
+    if st.rollback_version is not None and _already_promoted(ctx, state, st):
+        return
+    job(ctx, state, f"run {state.run_id} target {label}: promote")
+    current = _prepare_and_commit(ctx, state, st)
+    faults.failpoint("after_promote_commit")
+    commits = delta_ops.commits_since(ctx.spark, st.ref, current)
+    found = delta_ops.promotion_state(commits, state.run_id, label).promoted_version
+    if found is None:
+        raise SparkguardError(f"{label}: promotion commit not found in the table history "
+                              f"after version {current}")
+    if found - 1 != current:
+        others = [c for c in delta_ops.foreign_commits(commits, state.run_id)
+                  if int(c["version"]) < found]
+        note = (f"{len(others)} commit(s) by other writers landed between the rollback point "
+                f"{current} and the promotion commit {found} "
+                f"({', '.join('v' + str(c['version']) for c in others)}); the rollback point "
+                f"is version {found - 1}, just before the promotion commit")
+        st.notes.append(note)
+        ctx.say(f"{label}: {note}")
+        st.rollback_version = found - 1
+    st.promoted_version = found
+    record(ctx, state, "promoted", st, version_read=st.rollback_version, version_written=found,
+           promoted_versions={label: found}, rollback_versions={label: st.rollback_version})
+    notify(ctx, state, "promoted", target=st.ref.display, version=found,
+           rollback_version=st.rollback_version)
+    if found - 1 != current:
+        _check_gap(ctx, state, st, current, found - 1)
+    faults.failpoint("after_promote_ledger")
+    verify(ctx, state, st)
+
+
+def _check_gap(ctx: RunContext, state: RunState, st: TargetState, checked: int,
+               before_promotion: int) -> None:
+    """Commits of other writers between the checked version and the promotion commit were not
+    seen by Delta's conflict check (the promotion's transaction began after them); if they
+    changed the window, the promotion replaced their rows: undo it at once."""
+    label, parts = st.spec.label, ctx.window.partitions
+    then, now = fingerprints(target_df(ctx, st, parts, checked),
+                             target_df(ctx, st, parts, before_promotion))
+    if then == now:
+        return
+    ctx.say(f"{label}: another writer changed the window between version {checked} and the "
+            f"promotion (window rows {then['rows']} -> {now['rows']}); undoing the promotion")
+    restore_target(ctx, state, st, "another writer changed the window before the promotion")
+    raise TargetMovedError(
+        f"{label}: another writer changed the window of {st.ref.display} just before the "
+        f"promotion (versions {checked + 1}..{before_promotion}); the promotion was undone at "
+        f"once (target back at the content of version {before_promotion}, their rows kept) "
+        "and publish stays paused. Re-run once that writer has finished")
+
+
+def _already_promoted(ctx: RunContext, state: RunState, st: TargetState) -> bool:
+    """Resume: find this run's promotion in the target history by its userMetadata."""
+    assert st.rollback_version is not None
+    label = st.spec.label
+    commits = delta_ops.commits_since(ctx.spark, st.ref, st.rollback_version)
+    found_state = delta_ops.promotion_state(commits, state.run_id, label)
+    st.txn_version = found_state.next_txn_version
+    if found_state.promoted_version is None:
+        st.promoted_version, st.verified = None, False
+        return False
+    found = found_state.promoted_version
+    ctx.say(f"{label}: already promoted by this run at version {found} (found in the table "
+            "history by its userMetadata); not promoting again")
+    if st.promoted_version != found:  # the crash came before the ledger row
+        st.promoted_version = found
+        record(ctx, state, "promoted", st, version_read=st.rollback_version,
+               version_written=found, promoted_versions={label: found}, found_in_history=True)
+        notify(ctx, state, "promoted", target=st.ref.display, version=found,
+               rollback_version=st.rollback_version)
+    if st.verified:
+        ctx.say(f"{label}: promotion already verified")
+    else:
+        verify(ctx, state, st)
+    return True
+
+
+def _prepare_and_commit(ctx: RunContext, state: RunState, st: TargetState) -> int:
+    """Check the target, record the rollback point, commit; returns the rollback point.
+
+    Bounded attempts: a target that moved (or a Delta conflict) is checked again before the
+    next attempt; rows another writer put in the window stop the run.
+    """
+    label, attempts = st.spec.label, max(1, ctx.options.promote_attempts)
+    backoff = ctx.options.conflict_backoff_s
+    for attempt in range(1, attempts + 1):
+        current = delta_ops.current_version(ctx.spark, st.ref)
+        if current != st.baseline_version:
+            _target_moved(ctx, state, st, current)
+        st.rollback_version = current
+        record(ctx, state, "promoting", st, version_read=current, attempt=attempt,
+               rollback_versions={label: current})
+        faults.failpoint("before_promote")
+        # Commits landing from here on do not stop the attempt: those inside the promotion's
+        # transaction are Delta conflicts (retried below); those before it are outside Delta's
+        # check, so visit_promote compares the window across that gap (_check_gap) and moves
+        # the rollback point to just before the promotion commit.
+        try:
+            _commit(ctx, state, st)
+            return current
+        except Exception as exc:
+            if not delta_ops.is_conflict(exc):
+                raise
+            found = delta_ops.promotion_state(
+                delta_ops.commits_since(ctx.spark, st.ref, current), state.run_id, label)
+            if found.promoted_version is not None:  # it landed after all
+                return current
+            ctx.say(f"{label}: delta conflict on promotion attempt {attempt}/{attempts}: "
+                    f"{delta_ops.conflict_summary(exc)}; checking the target again in "
+                    f"{backoff * attempt:.1f}s")
+            time.sleep(backoff * attempt)
+    raise TargetMovedError(
+        f"{label}: the target kept changing ({attempts} attempts); nothing was promoted and "
+        "publish stays paused. Re-run once the other writers are quiet")
+
+
+def _target_moved(ctx: RunContext, state: RunState, st: TargetState, current: int) -> None:
+    """The target changed since the run started: go on only if the window's content is the
+    same as then (commits outside the window survive the promotion; rows another writer put in
+    the window would be overwritten, so the run stops instead)."""
+    label, parts = st.spec.label, ctx.window.partitions
+    since = st.baseline_version
+    assert since is not None
+    moved = delta_ops.foreign_commits(
+        delta_ops.commits_since(ctx.spark, st.ref, since), state.run_id)
+    listed = ", ".join(f"v{c['version']} {c['operation']}" for c in moved[:10])
+    before, after = fingerprints(target_df(ctx, st, parts, since),
+                                 target_df(ctx, st, parts, current))
+    record(ctx, state, "target_moved", st, version_read=current, since_version=since,
+           commits=[{k: str(v) for k, v in c.items()} for c in moved[:50]],
+           window_unchanged=before == after)
+    if before != after:
+        raise TargetMovedError(
+            f"{label}: another writer changed the window of {st.ref.display} during the run "
+            f"(version {since} -> {current}: {listed}; window rows {before['rows']} -> "
+            f"{after['rows']}); promoting would overwrite its rows, so nothing was promoted "
+            "and publish stays paused. Re-run once that writer has finished: the new run "
+            "reconciles against the target as it is then")
+    ctx.say(f"{label}: target moved since reconciliation ({listed}), outside the window only "
+            "(window content unchanged); promoting over the new version")
+    st.reconciled_version = current
+    st.start_version = current  # the window is as it was then: later checks start here
+
+
+def _commit(ctx: RunContext, state: RunState, st: TargetState) -> None:
+    label, parts = st.spec.label, ctx.window.partitions
+    meta = delta_ops.user_metadata(state.run_id, ctx.fingerprint, "promote", target=label)
+    txn = (f"sparkguard-{state.run_id}-{label}", st.txn_version)
+    shadow = shadow_df(ctx, st, parts)
+    if st.spec.promotion is Promotion.REPLACE_WHERE:
+        delta_ops.promote_replace_where(shadow, st.ref, ctx.window.pred(parts), meta, txn)
+    else:
+        delta_ops.promote_merge(ctx.spark, shadow, st.ref, st.spec.business_keys,
+                                ctx.window.pred(parts, "t"), st.deletes_unmatched, meta, txn)
+
+
+def verify(ctx: RunContext, state: RunState, st: TargetState) -> None:
+    """The promoted window equals the shadow (content hash); otherwise restore at once."""
+    label, parts = st.spec.label, ctx.window.partitions
+    assert st.promoted_version is not None and st.rollback_version is not None
+    job(ctx, state, f"run {state.run_id} target {label}: verify promotion")
+    shadow_h, target_h = fingerprints(shadow_df(ctx, st, parts),
+                                      target_df(ctx, st, parts, st.promoted_version))
+    ok = shadow_h == target_h
+    if not ok and not st.deletes_unmatched:
+        # MERGE keeping unmatched rows: the window must hold every shadow row unchanged
+        res = reconcile(spec_for_target(ctx.plan, st.spec), shadow=shadow_df(ctx, st, parts),
+                        target=target_df(ctx, st, parts, st.promoted_version),
+                        partitions=list(parts), scope="verification")
+        ok = res.preview is not None and res.preview.inserted == 0 and res.preview.changed == 0
+    if not ok:
+        ctx.say(f"{label}: VERIFICATION FAILED (target window {target_h} != shadow "
+                f"{shadow_h}); restoring version {st.rollback_version} now")
+        restore_target(ctx, state, st, "verification failed")
+        raise GateFailedError(f"{label}: promoted content does not equal the shadow; target "
+                              f"restored to version {st.rollback_version}")
+    st.verified = True
+    record(ctx, state, "verified", st, version_read=st.promoted_version, content_hash=target_h)
+    ctx.say(f"{label}: promoted at version {st.promoted_version} and verified "
+            f"({target_h['rows']} rows in the window equal the shadow)")
+    faults.failpoint("after_verify")

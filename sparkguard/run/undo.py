@@ -1,0 +1,77 @@
+"""Undo this run's promotions: restore a target, verified on the window."""
+
+from __future__ import annotations
+
+from sparkguard import delta_ops
+from sparkguard.errors import SparkguardError
+from sparkguard.run.context import RunContext, RunState, TargetState, notify, record
+from sparkguard.run.data import fingerprints, job, target_df
+
+__all__ = ["RestoreFailedError", "restore_promoted", "restore_target"]
+
+
+class RestoreFailedError(SparkguardError):
+    """Raised when the automatic restore after a failure did not complete; carries the failure
+    that caused the restore, so neither hides the other."""
+
+    def __init__(self, cause: BaseException, errors: dict[str, BaseException]) -> None:
+        self.cause, self.errors = cause, errors
+        parts = "; ".join(f"{label}: {type(e).__name__}: {str(e)[:500]}"
+                          for label, e in errors.items())
+        super().__init__(
+            f"{cause}\nTHE AUTOMATIC RESTORE FAILED for {', '.join(errors)} ({parts}); those "
+            "targets may still hold this run's promotion and publish stays paused: roll back "
+            "with `sparkguard rollback --run-id <run>` or the RESTORE statement in the evidence")
+
+
+def restore_target(ctx: RunContext, state: RunState, st: TargetState, why: str) -> None:
+    """Undo this run's promotion of ``st``: RESTORE, or (when other writers committed after it)
+    put the window back as it was, keeping their commits. Verified on the window."""
+    assert st.rollback_version is not None and st.promoted_version is not None
+    label, version = st.spec.label, st.rollback_version
+    parts = ctx.window.partitions
+    job(ctx, state, f"run {state.run_id} target {label}: restore version {version}")
+    meta = delta_ops.user_metadata(state.run_id, ctx.fingerprint, "restore", target=label,
+                                   reason=why)
+    after = delta_ops.foreign_commits(
+        delta_ops.commits_since(ctx.spark, st.ref, st.promoted_version), state.run_id,
+        data_only=True)
+    if after:
+        ctx.say(f"{label}: {len(after)} commit(s) by other writers after the promotion; "
+                f"putting the window back as of version {version} instead of RESTORE")
+        delta_ops.revert_window(ctx.spark, st.ref, version, ctx.window.pred(parts), meta)
+    else:
+        delta_ops.restore(ctx.spark, st.ref, version, meta)
+    want, got = fingerprints(target_df(ctx, st, parts, version), target_df(ctx, st, parts))
+    st.restored, st.verified = True, False
+    new_version = delta_ops.current_version(ctx.spark, st.ref)
+    record(ctx, state, "restored", st, version_read=version, version_written=new_version,
+           reason=why, verified=want == got, method="revert_window" if after else "restore")
+    notify(ctx, state, "restored", target=st.ref.display, version=version, reason=why)
+    if want != got:
+        raise SparkguardError(f"{label}: the window after restoring version {version} differs "
+                              f"from that version ({got} vs {want}); inspect the table history")
+
+
+def restore_promoted(ctx: RunContext, state: RunState, cause: BaseException) -> list[str]:
+    """Restore every target this run promoted (multi-target all-or-nothing).
+
+    Every target is attempted even when one fails; a failure raises
+    :class:`RestoreFailedError` naming ``cause`` and each restore error.
+    """
+    why = str(cause)[:2000] if isinstance(cause, SparkguardError) else \
+        f"runtime failure: {type(cause).__name__}: {str(cause)[:2000]}"
+    restored: list[str] = []
+    errors: dict[str, BaseException] = {}
+    for st in state.targets.values():
+        if st.promoted_version is not None and not st.restored and st.rollback_version is not None:
+            ctx.say(f"{st.spec.label}: restoring version {st.rollback_version} because: {why}")
+            try:
+                restore_target(ctx, state, st, why)
+                restored.append(st.spec.label)
+            except Exception as exc:  # keep going: every target gets its restore attempt
+                ctx.say(f"{st.spec.label}: RESTORE FAILED: {type(exc).__name__}: {exc}")
+                errors[st.spec.label] = exc
+    if errors:
+        raise RestoreFailedError(cause, errors) from cause
+    return restored
