@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 # never two Spark test runs at once on this 2-core machine
 SPARK_LOCK := /tmp/sparkguard-spark.lock
 
-.PHONY: install demo demo-connect test test-fast lint bench bench-backfill reliability clean warm
+.PHONY: install demo demo-connect test test-fast lint bench bench-backfill bench-ledger reliability clean warm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -52,6 +52,10 @@ bench: $(STAMP)
 # sparkguard against the naive job (one replaceWhere), cold spark-submit each, 3/60/365 days
 bench-backfill: $(STAMP)
 	flock $(SPARK_LOCK) $(BIN)/python bench/backfill.py --rounds 1
+
+# sparkguard's own state with 5,000 earlier runs vs an empty ledger (about 3 min).
+bench-ledger: $(STAMP)
+	flock $(SPARK_LOCK) $(BIN)/python bench/ledger_scale.py
 
 # The README's Reliability table: a real spark-submit killed at every failpoint and re-run,
 # the concurrency scenarios and the hostile-plan corpus (about 45 min on 2 cores).

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
+import delta.exceptions.captured  # noqa: F401  (makes pyspark raise Delta's conflict types)
+from delta.exceptions import base as delta_exception_types
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -30,6 +32,7 @@ from sparkguard.sql import (
 )
 
 __all__ = [
+    "CONFLICT_TYPES",
     "DATA_NEUTRAL_OPERATIONS",
     "LOG_TABLE_PROPERTIES",
     "PromotionState",
@@ -44,8 +47,10 @@ __all__ = [
     "foreign_commits",
     "history",
     "is_conflict",
+    "isolated_session",
     "literal_frame",
     "missing_files_for_version",
+    "post_commit_failed",
     "promote_merge",
     "promote_replace_where",
     "promotion_state",
@@ -68,19 +73,40 @@ _TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 
 
 def table_exists(spark: SparkSession, ref: TableRef) -> bool:
-    """True when ``ref`` is a Delta table."""
+    """True when ``ref`` is a Delta table; False only when it genuinely is not one (no table of
+    that name or path, or a table of another format).
+
+    Any other error (permissions, an unreachable store, a corrupt log) propagates: calling such
+    a table "missing" would hide the real problem.
+    """
     if compat.is_connect(spark):  # the DeltaTable API needs Delta's server plugin over Connect
         return _is_delta_sql(spark, ref)
     if ref.path is not None:
         return bool(DeltaTable.isDeltaTable(spark, ref.path))
     assert ref.name is not None
-    try:
-        if not spark.catalog.tableExists(ref.name):
-            return False
-        DeltaTable.forName(spark, ref.name)
-        return True
-    except Exception:
+    if not spark.catalog.tableExists(ref.name):
         return False
+    try:
+        DeltaTable.forName(spark, ref.name)
+    except AnalysisException as exc:
+        if _condition(exc) in _NOT_DELTA_CONDITIONS:
+            return False
+        raise
+    return True
+
+
+# Error conditions meaning "there is no Delta table there" (and nothing else).
+_NOT_DELTA_CONDITIONS = frozenset({"DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_NOT_FOUND",
+                                   "TABLE_OR_VIEW_NOT_FOUND", "DELTA_MISSING_TRANSACTION_LOG"})
+
+
+def _condition(exc: BaseException) -> str | None:
+    """The error condition (error class) of a PySpark exception, if it has one."""
+    get = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    try:
+        return get() if get is not None else None
+    except Exception:  # the JVM side may be gone
+        return None
 
 
 def _is_delta_sql(spark: SparkSession, ref: TableRef) -> bool:
@@ -120,10 +146,16 @@ def delta_log_exists(spark: SparkSession, path: str) -> bool:
                for name in (_FIRST_COMMIT, "_last_checkpoint"))
 
 
-# Log tables are read whole: no column statistics on their appends (a quarter off each one-row
-# commit), a checkpoint every 100 commits, and nothing ever updated or deleted.
+# Log tables (ledger, publish control) grow by one small commit per event. No column statistics
+# on their appends (a quarter off each one-row commit): their reads compute the latest state per
+# key over the whole table. Delta's auto compaction rewrites their small files into one as soon
+# as 50 of them have piled up (``spark.databricks.delta.autoCompact.minNumFiles``), inside the
+# append that crosses that count, so a read opens a bounded number of files at any size; a
+# classic checkpoint every 100 commits bounds the log replay. Nothing is ever updated or
+# deleted. All of it is readable by delta-rs: no table feature beyond the base protocol.
 LOG_TABLE_PROPERTIES = {"delta.checkpointInterval": "100", "delta.appendOnly": "true",
-                        "delta.dataSkippingNumIndexedCols": "0"}
+                        "delta.dataSkippingNumIndexedCols": "0",
+                        "delta.autoOptimize.autoCompact": "true"}
 
 
 def literal_frame(spark: SparkSession, schema: StructType, rows: Sequence[Sequence[Any]]
@@ -174,18 +206,32 @@ def create_log_table(spark: SparkSession, path: str, schema: StructType) -> bool
     return True
 
 
+_LITERAL_ROWS = 64  # above this, a batch goes through createDataFrame (one Python job)
+
+
 def append_rows(spark: SparkSession, path: str, schema: StructType,
                 rows: Sequence[Sequence[Any]], txn: tuple[str, int] | None = None,
                 metadata: str | None = None) -> None:
     """Append ``rows`` in one commit (bounded retry on conflicts). With ``txn``, Delta skips
     the write when that txnAppId already committed that txnVersion or a later one;
     ``metadata`` becomes the commit's userMetadata."""
-    writer = literal_frame(spark, schema, rows).write.format("delta").mode("append")
+    frame = (literal_frame(spark, schema, rows) if len(rows) <= _LITERAL_ROWS
+             else spark.createDataFrame([tuple(r) for r in rows], schema).coalesce(1))
+    writer = frame.write.format("delta").mode("append")
     if metadata is not None:
         writer = writer.option("userMetadata", metadata)
     if txn is not None:
         writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
-    with_conflict_retry(lambda: writer.save(path), attempts=5, delay_s=0.5, log=lambda _m: None)
+    def save() -> None:
+        try:
+            writer.save(path)
+        except Exception as exc:
+            if not post_commit_failed(exc):
+                raise
+            # the rows are committed; only the auto compaction after it failed (another process
+            # compacting the same files at the same moment): the next append compacts instead
+
+    with_conflict_retry(save, attempts=5, delay_s=0.5, log=lambda _m: None)
 
 
 def _delta(spark: SparkSession, ref: TableRef) -> DeltaTable:
@@ -341,6 +387,45 @@ def _commit_user_metadata(spark: SparkSession, metadata: str) -> contextlib.Abst
     return _session_confs(spark, {_USER_METADATA_CONF: metadata})
 
 
+@contextmanager
+def isolated_session(spark: SparkSession, confs: dict[str, str]) -> Iterator[SparkSession]:
+    """A session of its own (``spark.newSession()``: same SparkContext, own SQL conf) carrying
+    the caller's SQL confs and current catalog/database plus ``confs``.
+
+    For the statements that take commit metadata or a transaction id only from session confs
+    (MERGE, RESTORE): set on the caller's session, another write running there at the same time
+    would carry them, and with a transaction id Delta could even skip it as a duplicate. The
+    caller's session is never changed, except under Spark Connect, which has no
+    ``newSession``: there the confs are set on ``spark`` for the statement and put back after.
+    """
+    if compat.is_connect(spark):
+        with _session_confs(spark, confs):
+            yield spark
+        return
+    iso = spark.newSession()
+    for key, value in _sql_confs(spark).items():
+        if key not in _COMMIT_CONFS:
+            with contextlib.suppress(Exception):  # static or JVM-only confs cannot be set
+                iso.conf.set(key, value)
+    for key in _COMMIT_CONFS - set(confs):
+        iso.conf.unset(key)
+    for key, value in confs.items():
+        iso.conf.set(key, value)
+    iso.catalog.setCurrentCatalog(spark.catalog.currentCatalog())
+    iso.catalog.setCurrentDatabase(spark.catalog.currentDatabase())
+    yield iso
+
+
+_COMMIT_CONFS = frozenset({_USER_METADATA_CONF, _TXN_APP_CONF, _TXN_VERSION_CONF})
+
+
+def _sql_confs(spark: SparkSession) -> dict[str, str]:
+    """The SQL confs set on ``spark`` (pyspark 4's ``RuntimeConfig.getAll``)."""
+    get_all = getattr(spark.conf, "getAll", None)
+    confs = get_all if isinstance(get_all, dict) else (get_all() if callable(get_all) else {})
+    return {k: v for k, v in dict(confs).items() if k.startswith(("spark.sql.", "spark.databricks."))}
+
+
 def write_partitions(df: DataFrame, ref: TableRef, predicate: str, partition_column: str,
                      metadata: str | None = None, txn: tuple[str, int] | None = None) -> None:
     """Replace exactly the rows matching ``predicate`` with ``df`` (creating the table if new).
@@ -381,7 +466,9 @@ def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Seque
     ``window_predicate_target`` is the window predicate qualified with alias ``t``; it bounds
     both matching and, when ``delete_unmatched``, the deletion of rows the recomputation no
     longer produces, so rows outside the window are never touched. ``txn`` sets Delta's
-    ``write.txnAppId``/``write.txnVersion`` for the statement: a repeat is a no-op.
+    ``write.txnAppId``/``write.txnVersion`` for the statement (a repeat is a no-op); they and the
+    userMetadata are set in an isolated session, never on ``spark`` (Spark Connect, which has
+    no isolated sessions, excepted).
     """
     confs = {_USER_METADATA_CONF: metadata}
     if txn is not None:
@@ -398,22 +485,24 @@ def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Seque
         return
     cols = df.columns
     cond = f"({merge_condition(keys)}) AND {window_predicate_target}"
-    builder = (_delta(spark, ref).alias("t").merge(df.alias("s"), cond)
-               .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in cols})
-               .whenNotMatchedInsert(values={f"`{c}`": f"s.`{c}`" for c in cols}))
-    if delete_unmatched:
-        builder = builder.whenNotMatchedBySourceDelete(condition=window_predicate_target)
-    with _session_confs(spark, confs):
+    with isolated_session(spark, confs) as iso:  # MERGE takes these only from session confs
+        builder = (_delta(iso, ref).alias("t").merge(df.alias("s"), cond)
+                   .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in cols})
+                   .whenNotMatchedInsert(values={f"`{c}`": f"s.`{c}`" for c in cols}))
+        if delete_unmatched:
+            builder = builder.whenNotMatchedBySourceDelete(condition=window_predicate_target)
         builder.execute()
 
 
 def restore(spark: SparkSession, ref: TableRef, version: int, metadata: str | None = None) -> None:
-    """``RESTORE TABLE ... TO VERSION AS OF version`` (one new commit)."""
-    if metadata:
-        with _commit_user_metadata(spark, metadata):
-            spark.sql(restore_statement(ref, version))
-    else:
-        spark.sql(restore_statement(ref, version))
+    """``RESTORE TABLE ... TO VERSION AS OF version`` (one new commit), in an isolated session
+    carrying ``metadata`` as the commit's userMetadata (RESTORE takes it only from the session
+    conf): ``DeltaTable.restoreToVersion``, or the SQL statement over Spark Connect."""
+    with isolated_session(spark, {_USER_METADATA_CONF: metadata} if metadata else {}) as iso:
+        if compat.is_connect(spark):
+            iso.sql(restore_statement(ref, version))
+        else:
+            _delta(iso, ref).restoreToVersion(version)
 
 
 def revert_window(spark: SparkSession, ref: TableRef, version: int, predicate: str,
@@ -485,12 +574,87 @@ def _file_names(spark: SparkSession, folder: str) -> set[str]:
     return names | {unquote(n) for n in names}
 
 
+# Delta's optimistic-concurrency conflicts as pyspark raises them once ``delta.exceptions`` is
+# imported (the captured classes subclass these base ones).
+CONFLICT_TYPES: tuple[type[BaseException], ...] = (
+    delta_exception_types.DeltaConcurrentModificationException,
+    delta_exception_types.ConcurrentWriteException,
+    delta_exception_types.MetadataChangedException,
+    delta_exception_types.ProtocolChangedException,
+    delta_exception_types.ConcurrentAppendException,
+    delta_exception_types.ConcurrentDeleteReadException,
+    delta_exception_types.ConcurrentDeleteDeleteException,
+    delta_exception_types.ConcurrentTransactionException,
+)
+# The JVM root of every Delta conflict (io.delta.exceptions.* and Delta's internal ones extend it).
+_JVM_CONFLICT_ROOTS = frozenset({"java.util.ConcurrentModificationException",
+                                 "io.delta.exceptions.DeltaConcurrentModificationException"})
+
+
+def post_commit_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` reports a failed post-commit hook (auto compaction, checkpoint) of a
+    commit that itself landed (error condition ``DELTA_POST_COMMIT_HOOK_FAILED``)."""
+    if _condition(exc) == _POST_COMMIT_FAILED:
+        return True
+    java = getattr(exc, "java_exception", None)
+    try:
+        for _ in range(10):
+            if java is None:
+                return False
+            with contextlib.suppress(Exception):  # not every throwable has an error class
+                if java.getErrorClass() == _POST_COMMIT_FAILED:
+                    return True
+            java = java.getCause()
+    except Exception:  # the JVM side may be gone
+        return False
+    return False
+
+
+_POST_COMMIT_FAILED = "DELTA_POST_COMMIT_HOOK_FAILED"
+
+
+# Their error conditions, as Spark Connect reports them (it has no Delta exception types).
+_CONFLICT_CONDITIONS = ("DELTA_CONCURRENT_", "DELTA_METADATA_CHANGED", "DELTA_PROTOCOL_CHANGED")
+
+
 def is_conflict(exc: BaseException) -> bool:
-    """Whether ``exc`` is one of Delta's optimistic-concurrency conflicts."""
-    text = type(exc).__name__ + " " + str(exc)[:500]
-    return any(k in text for k in ("Concurrent", "ProtocolChanged", "MetadataChanged",
-                                   "DELTA_CONCURRENT", "DELTA_METADATA_CHANGED",
-                                   "DELTA_PROTOCOL_CHANGED"))
+    """Whether ``exc`` is one of Delta's optimistic-concurrency conflicts, by type: a
+    ``delta.exceptions`` class, or a raw Py4J error whose JVM exception (or a cause of it) is a
+    ``ConcurrentModificationException`` (Delta's conflicts all extend it), or, over Spark
+    Connect, an error condition of Delta's conflicts. Never by message text.
+    A failed post-commit hook is not a conflict of the commit (it landed), whatever its cause."""
+    if post_commit_failed(exc):
+        return False
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, CONFLICT_TYPES):
+            return True
+        java = getattr(cur, "java_exception", None)
+        if java is not None and _jvm_is_conflict(java):
+            return True
+        if (_condition(cur) or "").startswith(_CONFLICT_CONDITIONS):  # Spark Connect's errors
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _jvm_is_conflict(java: Any) -> bool:
+    """Whether a JVM throwable or one of its causes is a concurrent-modification conflict."""
+    try:
+        for _ in range(10):  # bounded walk of the cause chain
+            if java is None:
+                return False
+            cls = java.getClass()
+            while cls is not None:
+                if cls.getName() in _JVM_CONFLICT_ROOTS:
+                    return True
+                cls = cls.getSuperclass()
+            java = java.getCause()
+    except Exception:  # the JVM side may be gone: not a conflict we can prove
+        return False
+    return False
 
 
 def conflict_summary(exc: BaseException) -> str:

@@ -14,6 +14,9 @@ Three tables under ``<home>/ledger`` (see ``docs/state-machine.md``):
 Appends never conflict with each other. A run reads the ledger once when it starts
 (:meth:`Ledger.load`) and from then on only appends; the derivations over the rows
 (:func:`run_progress`, :func:`next_action`, :func:`lock_holders`, ...) are pure functions.
+Every read computes the latest state per key in Spark (newest runs of a plan, newest slice
+event per slice, newest lock event per target) and brings only that bounded result to the
+driver, so the answers stay right and fast at any ledger size.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +39,7 @@ from pyspark.sql import types as T
 
 from sparkguard import delta_ops
 from sparkguard.delta_ops import append_rows, create_log_table, delta_log_exists, is_conflict
-from sparkguard.errors import ConcurrentRunError
+from sparkguard.errors import ConcurrentRunError, SparkguardError
 from sparkguard.sql import TableRef
 
 __all__ = [
@@ -121,7 +125,11 @@ _LOCK_SCHEMA = T.StructType([
     T.StructField("token", T.StringType(), False),
 ])
 _SCHEMAS = {"runs": _RUN_SCHEMA, "slices": _SLICE_SCHEMA, "locks": _LOCK_SCHEMA}
-_MAX_ROWS = 20000  # bound on ledger rows brought to the driver by one read
+# Reads bring to the driver only results bounded by construction (one run's events, the latest
+# row per key); past this many rows a read fails loudly instead of dropping rows.
+_MAX_ROWS = 20000
+# Runs of one plan that a starting run loads (newest first; plus the newest passing dry run).
+_PLAN_RUNS = 50
 
 _clock_lock = threading.Lock()
 _last_at: list[dt.datetime] = []
@@ -407,6 +415,7 @@ class Ledger:
         self.host = socket.gethostname()
         self._held: dict[str, int] = {}  # target -> generation of our acquire event
         self._empty: set[str] = set()  # tables created empty by this instance, not yet written
+        self._batch: dict[str, list[tuple[Any, ...]]] | None = None  # see batched()
 
     @property
     def runs_ref(self) -> TableRef:
@@ -449,10 +458,31 @@ class Ledger:
 
     def _append(self, name: str, rows: list[tuple[Any, ...]],
                 txn: tuple[str, int] | None = None, metadata: str | None = None) -> None:
+        if self._batch is not None and txn is None:
+            self._batch.setdefault(name, []).extend(rows)
+            return
         if not self._exists(name):
             self.ensure()
         append_rows(self.spark, self._path(name), _SCHEMAS[name], rows, txn, metadata)
         self._empty.discard(name)
+
+    @contextmanager
+    def batched(self) -> Iterator[None]:
+        """Buffer the run and slice events recorded inside the block and append them in one
+        commit per table when it ends (imports of history, benchmarks). Lock events are never
+        buffered: each is its own commit with its transaction id."""
+        if self._batch is not None:
+            yield
+            return
+        self._batch = {}
+        try:
+            yield
+            batch, self._batch = self._batch, None
+            for name, rows in batch.items():
+                if rows:
+                    self._append(name, rows)
+        finally:
+            self._batch = None
 
     def _read(self, name: str) -> DataFrame | None:
         if name in self._empty or not self._exists(name):
@@ -461,10 +491,28 @@ class Ledger:
 
     def _collect(self, df: DataFrame | None, *json_fields: str, order: str = "at"
                  ) -> list[dict[str, Any]]:
+        """Rows of a result bounded by construction, sorted by ``order`` on the driver.
+
+        Never truncates: a result above ``_MAX_ROWS`` rows raises instead of dropping rows.
+        """
         if df is None:
             return []
-        rows = df.orderBy(order).limit(_MAX_ROWS).collect()
-        return [_decode(r.asDict(), *json_fields) for r in rows]
+        rows = df.limit(_MAX_ROWS + 1).collect()
+        if len(rows) > _MAX_ROWS:
+            raise SparkguardError(
+                f"a ledger read under {self.home} returned more than {_MAX_ROWS} rows; it "
+                "should return the latest state per key only (a bug: report it)")
+        out = [_decode(r.asDict(), *json_fields) for r in rows]
+        return sorted(out, key=lambda r: r[order])
+
+    @staticmethod
+    def _latest(df: DataFrame, keys: Sequence[str], *order: str) -> DataFrame:
+        """The newest row per ``keys`` (the greatest ``order`` values), computed in Spark by one
+        aggregation (partial aggregates before the shuffle: no sort of the whole table)."""
+        cols = df.columns
+        newest = F.max_by(F.struct(*[F.col(c) for c in cols]), F.struct(*[F.col(c) for c in order]))
+        return df.groupBy(*keys).agg(newest.alias("_row")).select(
+            *[F.col("_row")[c].alias(c) for c in cols])
 
     # -- runs and slices --------------------------------------------------------------------
 
@@ -492,15 +540,30 @@ class Ledger:
         return _decode(dict(zip(_SLICE_SCHEMA.names, row, strict=True)), "gates")
 
     def load(self, fingerprint: str) -> PlanHistory:
-        """Every run and slice event of one plan fingerprint (bounded), in two small reads."""
+        """What a starting run needs of one plan fingerprint, in two bounded reads.
+
+        Runs: every event of the plan's ``_PLAN_RUNS`` newest runs and of its newest passing dry
+        run, chosen in Spark. Slices: the newest event of each slice (target, partitions,
+        source version), also chosen in Spark.
+        """
         hist = PlanHistory(fingerprint)
         runs = self._read("runs")
-        for e in self._collect(None if runs is None else
-                               runs.filter(F.col("plan_fingerprint") == fingerprint), "details"):
-            hist.runs.setdefault(e["run_id"], []).append(e)
+        if runs is not None:
+            mine = runs.filter(F.col("plan_fingerprint") == fingerprint)
+            per_run = mine.groupBy("run_id").agg(
+                F.min("at").alias("first_at"),
+                F.max(F.when(F.col("state") == "dry_run_passed", F.col("at"))).alias("dry_at"))
+            newest = per_run.orderBy(F.col("first_at").desc()).limit(_PLAN_RUNS).select("run_id")
+            dry = (per_run.filter(F.col("dry_at").isNotNull()).orderBy(F.col("dry_at").desc())
+                   .limit(1).select("run_id"))
+            wanted = newest.union(dry).distinct()
+            for e in self._collect(mine.join(F.broadcast(wanted), "run_id"), "details"):
+                hist.runs.setdefault(e["run_id"], []).append(e)
         slices = self._read("slices")
-        hist.slices = self._collect(None if slices is None else
-                                    slices.filter(F.col("plan_fingerprint") == fingerprint), "gates")
+        if slices is not None:
+            mine = slices.filter(F.col("plan_fingerprint") == fingerprint)
+            hist.slices = self._collect(
+                self._latest(mine, ["target", "partitions", "source_version"], "at"), "gates")
         return hist
 
     def run_events(self, run_id: str) -> list[dict[str, Any]]:
@@ -541,12 +604,13 @@ class Ledger:
         return "sparkguard-lock-" + hashlib.sha256(target.encode()).hexdigest()[:24]
 
     def lock_holders(self, targets: Sequence[str]) -> dict[str, LockInfo]:
-        """Newest lock event of each target (one read)."""
+        """Newest lock event of each target (one read; one row per target reaches the driver)."""
         df = self._read("locks")
         if df is None:
             return {}
-        rows = self._collect(df.filter(F.col("target").isin(list(targets))), order="generation")
-        return lock_holders(rows)
+        newest = self._latest(df.filter(F.col("target").isin(list(targets))), ["target"],
+                              "generation", "at")
+        return lock_holders(self._collect(newest, order="generation"))
 
     def lock_holder(self, target: str) -> LockInfo | None:
         info = self.lock_holders([target]).get(target)

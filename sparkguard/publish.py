@@ -148,18 +148,23 @@ class PublishControl:
         return cleared
 
     def statuses(self, targets: Sequence[str] | None = None) -> dict[str, PublishStatus]:
-        """State of each target (every target in the table when ``targets`` is None)."""
+        """State of each target (every target in the table when ``targets`` is None).
+
+        The newest event of each (target, hold) is chosen in Spark; only the holds still set and
+        one row per target (its last change) reach the driver, at any table size.
+        """
         df = self._events(targets)
-        rows = [] if df is None else [r.asDict() for r in df.orderBy("at").limit(50000).collect()]
-        latest: dict[tuple[str, str], dict[str, Any]] = {}
+        rows = [] if df is None else [r.asDict() for r in _current(df).collect()]
+        set_holds: dict[str, list[dict[str, Any]]] = {}
         changed: dict[str, dt.datetime] = {}
         for r in rows:
-            latest[(r["target"], r["hold"])] = r
-            changed[r["target"]] = r["at"]
+            if r["hold"] is None:
+                changed[r["target"]] = r["at"]
+            else:
+                set_holds.setdefault(r["target"], []).append(r)
         out = {t: PublishStatus(t, False, (), None) for t in targets or []}
-        for t in {t for t, _ in latest} | set(targets or []):
-            holds = tuple(sorted((h for (tt, _), h in latest.items() if tt == t and h["paused"]),
-                                 key=lambda h: h["at"]))
+        for t in set(changed) | set(set_holds):
+            holds = tuple(sorted(set_holds.get(t, []), key=lambda h: h["at"]))
             out[t] = PublishStatus(t, bool(holds), holds, changed.get(t))
         return out
 
@@ -169,6 +174,20 @@ class PublishControl:
     def is_paused(self, target: str) -> bool:
         """The one call a downstream job makes before publishing ``target``."""
         return self.status(target).paused
+
+
+def _current(events: DataFrame) -> DataFrame:
+    """From the control events: one row per hold still set (newest event of its (target, hold)
+    pauses) and one row per target with ``hold`` null and ``at`` its last change."""
+    newest = events.groupBy("target", "hold").agg(
+        F.max_by(F.struct(*[F.col(c) for c in _SCHEMA.names]), F.col("at")).alias("_row"))
+    held = newest.select(*[F.col("_row")[c].alias(c) for c in _SCHEMA.names]).filter(
+        F.col("paused"))
+    last = events.groupBy("target").agg(F.max("at").alias("at")).select(
+        "target", F.lit(None).cast("string").alias("hold"), F.lit(None).cast("boolean")
+        .alias("paused"), "at", *[F.lit(None).cast("string").alias(c)
+                                  for c in ("run_id", "actor", "reason")])
+    return held.unionByName(last)
 
 
 def is_paused(spark: SparkSession, target: str, home: str) -> bool:

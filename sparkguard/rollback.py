@@ -1,12 +1,16 @@
 """Roll a promoted run back: RESTORE each target to its recorded version, with safety checks.
 
+The rollback first takes the same per-target lock a backfill run takes, so no run can promote
+between its checks and its RESTORE (a run holding a target refuses the rollback, exit 2).
 Before anything is restored, every target is checked: the run's promotion must still be in
 place, no other writer may have committed after it (``force`` overrides, and the commits that
 RESTORE would undo are listed), and the files the recorded version needs must still exist
-(VACUUM may have removed them). Then each target is restored in one commit tagged with the
-run id, verified (same data files as the recorded version, same window content), and the
-rollback is recorded in the ledger and in the run's evidence. Re-running after a crash
-finishes the job: a target already restored by this rollback is found by its commit.
+(VACUUM may have removed them). Right before each RESTORE the target's history is read again:
+a commit that landed since the check (a writer outside sparkguard) refuses that RESTORE. Then
+each target is restored in one commit tagged with the run id, verified (same data files as
+the recorded version, same window content), and the rollback is recorded in the ledger and
+in the run's evidence. Re-running after a crash finishes the job: a target already restored by
+this rollback is found by its commit.
 """
 
 from __future__ import annotations
@@ -122,8 +126,10 @@ def _refusals(points: Sequence[RollbackPoint], force: bool) -> list[str]:
 def rollback_run(spark: SparkSession, home: str, run_id: str, *, force: bool = False,
                  out: Callable[[str], None] = print,
                  notifiers: Sequence[Notifier] | None = None) -> list[RollbackPoint]:
-    """Restore every target promoted by ``run_id`` to the version recorded before promotion.
+    """Restore every target promoted by ``run_id`` to the version recorded before promotion,
+    holding the targets' run locks throughout.
 
+    Raises ConcurrentRunError (exit 2, nothing restored) when a run holds a target's lock.
     Raises RollbackRefusedError (exit 2, nothing restored) when the run is unknown or never
     promoted, when other writers committed after the promotion (unless ``force``), or when the
     recorded version's files are gone. Raises GateFailedError (exit 1) when a restored target
@@ -135,6 +141,27 @@ def rollback_run(spark: SparkSession, home: str, run_id: str, *, force: bool = F
         raise RollbackRefusedError(f"run {run_id} is not in the ledger at {ledger.home}; "
                                    "check --run-id and --home")
     prog = run_progress(events)
+    datasets = sorted({tp.dataset for tp in prog.targets.values()
+                       if tp.rollback_version is not None and tp.dataset is not None})
+    lock_id = rollback_lock_id(run_id)
+    ledger.acquire(datasets, lock_id, os.environ.get("SPARKGUARD_ACTOR") or _user())
+    try:
+        return _rollback_locked(spark, ledger, events, prog, force=force, out=out,
+                                notifiers=notifiers)
+    finally:
+        ledger.release(datasets, lock_id)
+
+
+def rollback_lock_id(run_id: str) -> str:
+    """The id under which the rollback of ``run_id`` holds its targets' locks."""
+    return f"{run_id}/rollback"
+
+
+def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[str, Any]],
+                     prog: RunProgress, *, force: bool, out: Callable[[str], None],
+                     notifiers: Sequence[Notifier] | None) -> list[RollbackPoint]:
+    """The rollback proper, with every target's lock held."""
+    run_id = prog.run_id
     points = check_rollback(spark, prog)
     todo = [p for p in points if p.promoted_version is not None]
     done = [p for p in points if p.already_rolled_back is not None]
@@ -157,6 +184,7 @@ def rollback_run(spark: SparkSession, home: str, run_id: str, *, force: bool = F
     failpoint("mid_rollback")
     window = _window(events)
     for pt in todo:
+        _recheck(spark, prog.run_id, pt, [p for p in todo if p.new_version is not None])
         _restore_one(spark, ledger, prog, pt, _window_predicate(window), out)
     for pt in done:
         pt.new_version = pt.already_rolled_back
@@ -169,6 +197,29 @@ def rollback_run(spark: SparkSession, home: str, run_id: str, *, force: bool = F
                  p.dataset: p.rollback_version for p in [*todo, *done]}})
     _record_in_evidence(prog, results, actor, force, out)
     return [*todo, *done]
+
+
+def _recheck(spark: SparkSession, run_id: str, pt: RollbackPoint,
+             restored: Sequence[RollbackPoint]) -> None:
+    """Read the target's history again right before its RESTORE: a commit by another writer
+    since the check (one that ``force`` did not accept) refuses it."""
+    assert pt.promoted_version is not None
+    accepted = {int(c["version"]) for c in pt.later_commits}
+    state = delta_ops.promotion_state(
+        delta_ops.commits_since(spark, pt.ref, pt.rollback_version), run_id, pt.label)
+    fresh = [c for c in delta_ops.foreign_commits(
+        delta_ops.commits_since(spark, pt.ref, pt.promoted_version), run_id, data_only=True)
+        if int(c["version"]) not in accepted]
+    if state.promoted_version == pt.promoted_version and not fresh:
+        return
+    listed = "; ".join(f"v{c['version']} {c['operation']} at {c['timestamp']}" for c in fresh[:10])
+    done = (f" (already restored: {', '.join(p.dataset for p in restored)})" if restored
+            else "; nothing was restored")
+    raise RollbackRefusedError(
+        f"{pt.dataset}: the table changed after the rollback checked it: "
+        + (f"{len(fresh)} new commit(s) by other writers: {listed}" if fresh
+           else f"the promotion (version {pt.promoted_version}) is no longer in place")
+        + f"; RESTORE refused{done}. Re-run the rollback to check again")
 
 
 def _restore_one(spark: SparkSession, ledger: Ledger, prog: RunProgress, pt: RollbackPoint,

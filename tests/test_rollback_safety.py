@@ -179,3 +179,51 @@ def test_merge_promotion_handles_rows_no_longer_produced(
     preview_line = next(ln for ln in lines if "change preview orders_clean:" in ln)
     assert ("kept (merge.when_not_matched_by_source: keep)" in preview_line) == (policy == "keep")
     assert [h["operation"] for h in _history(spark, target)][-1] == "MERGE"
+
+
+def test_rollback_refused_while_a_run_holds_the_target_lock(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any) -> None:
+    """Rollback takes the same per-target lock as a run: a backfill holding it (alive, here
+    this very process) refuses the rollback with exit 2, nothing restored; once it releases,
+    the rollback goes ahead and leaves the lock free."""
+    root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    running = Ledger(spark, home)
+    running.acquire([str(target)], "20270101T000000Z-running0", "someone-else")
+    n = len(_history(spark, target))
+    assert _rollback(root, run_id) == 2
+    err = capsys.readouterr().err
+    assert "20270101T000000Z-running0" in err and "locked" in err
+    assert len(_history(spark, target)) == n  # no RESTORE
+    assert run_progress(Ledger(spark, home).run_events(run_id)).state == "done"
+    running.release([str(target)], "20270101T000000Z-running0")
+    assert _rollback(root, run_id) == 0
+    assert_df_equality(_read(spark, target), before, ignore_nullable=True)
+    assert Ledger(spark, home).lock_holder(str(target)) is None  # the rollback released it
+
+
+def test_a_commit_landing_between_the_check_and_restore_refuses_the_restore(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """A writer outside sparkguard commits after the rollback checked the history: the history
+    is read again right before RESTORE, which is refused (exit 2); the commit survives."""
+    root, run_id, _before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    target = root / "target" / "orders_clean"
+    real = rollback.failpoint
+
+    def late_writer(name: str) -> None:
+        if name == "mid_rollback":
+            DeltaTable.forPath(spark, str(target)).update(F.col("order_id") == 1_000_001,
+                                                          {"status": F.lit("late-fix")})
+        real(name)
+
+    monkeypatch.setattr(rollback, "failpoint", late_writer)
+    assert _rollback(root, run_id) == 2
+    err = capsys.readouterr().err
+    late = _history(spark, target)[-1]
+    assert late["operation"] == "UPDATE"  # no RESTORE after it
+    assert f"v{late['version']} UPDATE" in err and "RESTORE refused" in err
+    assert _read(spark, target).filter(F.col("status") == "late-fix").count() == 1
+    monkeypatch.setattr(rollback, "failpoint", real)
+    # the lock is free again, and a re-run sees the commit at its first check
+    assert _rollback(root, run_id) == 2
+    assert "--force" in capsys.readouterr().err
