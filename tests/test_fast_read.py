@@ -253,3 +253,167 @@ def test_forcing_delta_rs_on_an_unreadable_home_is_a_runtime_error(capsys: Any,
 def test_status_refuses_a_limit_below_one(capsys: Any, tmp_path: Path) -> None:
     assert main(["status", "--home", str(tmp_path), "--limit", "0"]) == 2
     assert "--limit must be at least 1" in capsys.readouterr().err
+
+
+# -- written by Spark, read by both -----------------------------------------------------------
+
+T1, T2 = "s3://lake/orders_clean", "main.sales.o'rders"
+GOLDEN_EVIDENCE = ROOT / "tests" / "golden" / "evidence.yaml"
+
+
+def _checkpoint_interval(path: Path) -> int:
+    from deltalake import DeltaTable
+
+    return int(DeltaTable(str(path)).metadata().configuration.get("delta.checkpointInterval",
+                                                                  "10"))
+
+
+@pytest.fixture(scope="module")
+def spark_home(spark: Any, tmp_path_factory: Any) -> Path:
+    """Tables written through sparkguard's own API (Ledger, PublishControl), with more commits
+    to the runs table than its checkpoint interval, so the log holds a checkpoint."""
+    from sparkguard.ledger import Ledger, new_run_id
+    from sparkguard.publish import PublishControl
+
+    home = tmp_path_factory.mktemp("fast") / "_sg"
+    ledger, ctl = Ledger(spark, str(home)), PublishControl(spark, str(home))
+    fp = "e" * 64
+    runs = [new_run_id() + f"{i:02d}" for i in range(14)]
+    ledger.record_run(runs[0], "started", fingerprint=fp, plan_name="p", owner="ann",
+                      source_version=7, dry_run=False, plan_path="p.yaml")
+    interval = _checkpoint_interval(home / "ledger" / "runs")
+    ledger.acquire([T1, T2], runs[0], "ann")
+    ctl.pause([T1, T2], run_id=runs[0], actor="ann", reason="backfill 'p'")
+    ledger.record_slice(runs[0], fp, "orders_clean", 1, ["2026-05-01"], "reconciled", 7,
+                        rows=7000, content_hash="h", elapsed_s=1.25,
+                        gates=[{"gate": "row_count_parity", "passed": True}])
+    ledger.record_slice(runs[0], fp, "orders_clean", 2, ["2026-05-02", "2026-05-03"],
+                        "gate_failed", 7, rows=None, elapsed_s=float("nan"),
+                        gates=[{"gate": "duplicate_check", "passed": False}])
+    story = [("paused", {}), ("proof_passed", {"label": "orders_clean"}),
+             ("reconciled", {"label": "orders_clean"}), ("promoting", {"label": "orders_clean"}),
+             ("promoted", {"label": "orders_clean"}), ("verified", {"label": "orders_clean"}),
+             ("published", {"evidence_path": str(GOLDEN_EVIDENCE)}), ("done", {})]
+    for state, details in story:
+        ledger.record_run(runs[0], state, fingerprint=fp, plan_name="p", target=T1,
+                          version_read=2, version_written=3 if state != "reconciled" else None,
+                          elapsed_s=0.5, **details)
+    ledger.release([T1, T2], runs[0])
+    ctl.finish([T1], runs[0], actor="ann", reason="done")
+    ctl.pause([T2], actor="bob", reason="manual \"hold\"")
+    endings = ["gate_failed", "failed", "dry_run_passed", "done", "rolled_back", "abandoned"]
+    i = 1
+    log = home / "ledger" / "runs" / "_delta_log"
+    while i < len(runs) or len(list(log.glob("*.json"))) <= interval + 5:
+        run = runs[i % len(runs)] if i < len(runs) else new_run_id() + f"x{i}"
+        ledger.record_run(run, "started", fingerprint=fp, plan_name=f"plan-{i}", owner="ćelo",
+                          source_version=i, dry_run=i % 3 == 0)
+        ledger.record_run(run, endings[i % len(endings)], fingerprint=fp, plan_name=f"plan-{i}",
+                          elapsed_s=float(i), error=f"it's \"{i}\"" if i % 2 else None)
+        i += 1
+    assert list((home / "ledger" / "runs" / "_delta_log").glob("*.checkpoint*.parquet"))
+    return home
+
+
+def _answers(reader: Any) -> str:
+    """Every read both engines offer, as text (repr keeps NaN comparable)."""
+    runs = reader.latest_runs(1000)
+    out = [repr(reader.latest_runs(3)), repr(runs)]
+    for prog in runs:
+        out += [repr(reader.run_events(prog.run_id)), repr(reader.slice_events(prog.run_id))]
+    out += [repr(reader.lock_holders([T1, T2, "never"])), repr(reader.publish_statuses()),
+            repr(reader.publish_statuses([T1, T2, "never"]))]
+    return "\n".join(out)
+
+
+def test_spark_written_tables_read_the_same_with_delta_rs(spark: Any, spark_home: Path) -> None:
+    import time
+
+    from delta.tables import DeltaTable
+
+    from sparkguard.state_read import SparkReader
+
+    fast, slow = DeltaRsReader(str(spark_home)), SparkReader(spark, str(spark_home))
+    before = _answers(fast)
+    assert before == _answers(slow)
+    assert len(fast.latest_runs(1000)) > 14 and fast.lock_holders([T1])[T1].action == "release"
+    statuses = fast.publish_statuses()
+    assert not statuses[T1].paused and statuses[T2].paused
+    assert [h["hold"] for h in statuses[T2].holds] == ["manual"]
+    # another zone: both convert timestamps as PySpark's collect() does
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "Asia/Kolkata"
+    time.tzset()
+    try:
+        assert _answers(fast) == _answers(slow) != before
+    finally:
+        os.environ.pop("TZ") if old is None else os.environ.update(TZ=old)
+        time.tzset()
+    # compacted (OPTIMIZE): same answers from both engines
+    for rel in ("ledger/runs", "ledger/slices", "ledger/locks", "control/publish"):
+        DeltaTable.forPath(spark, str(spark_home / rel)).optimize().executeCompaction()
+    assert _answers(DeltaRsReader(str(spark_home))) == _answers(slow) == before
+
+
+def _cli(argv: list[str], engine: str, capsys: Any, monkeypatch: Any) -> tuple[int, str, str]:
+    monkeypatch.setenv("SPARKGUARD_READER", engine)
+    capsys.readouterr()
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_text_and_exit_codes_are_the_same_from_both_engines(
+        spark: Any, spark_home: Path, capsys: Any, monkeypatch: Any) -> None:
+    from sparkguard.state_read import DeltaRsReader
+
+    home = str(spark_home)
+    first = DeltaRsReader(home).latest_runs(1000)[-1].run_id
+    commands = [["status"], ["status", "--limit", "3"], ["status", "--run-id", first],
+                ["status", "--run-id", "nope"], ["publish", "status"], ["publish", "status", T2],
+                ["publish", "status", "never"], ["report", "--run-id", first]]
+    for cmd in commands:
+        argv = [*cmd, "--home", home]
+        fast = _cli(argv, "delta-rs", capsys, monkeypatch)
+        assert fast == _cli(argv, "spark", capsys, monkeypatch), argv
+        assert fast[0] == (2 if "nope" in cmd else 0)
+    code, out, _ = _cli(["report", "--run-id", first, "--home", home], "auto", capsys, monkeypatch)
+    assert code == 0 and out.startswith("# Backfill evidence")
+
+
+def test_is_paused_with_pyspark_blocked_reads_the_spark_written_table(
+        spark: Any, spark_home: Path) -> None:
+    from sparkguard.publish import PublishControl
+
+    proc = run_blocked("""
+        from sparkguard.publish import is_paused
+        for target in sys.argv[2:]:
+            print("PAUSED", is_paused(sys.argv[1], target))
+    """, str(spark_home), T1, T2, "never")
+    got = [ln.split()[1] == "True" for ln in proc.stdout.splitlines() if ln.startswith("PAUSED")]
+    ctl = PublishControl(spark, str(spark_home))
+    assert got == [ctl.is_paused(T1), ctl.is_paused(T2), ctl.is_paused("never")] == [
+        False, True, False]
+
+
+@pytest.mark.slow
+def test_spark_submit_starts_without_the_ivy_banner(spark: Any, tmp_path: Path) -> None:
+    """With the jars resolved once (``make warm``'s conf dir), a ``spark-submit`` run's stderr
+    carries sparkguard's own lines, not Ivy's resolution report."""
+    from sparkguard.session import write_submit_conf
+
+    conf = write_submit_conf(spark, ROOT / "conf", tmp_path / "spark-conf")
+    env = {**os.environ, "SPARK_CONF_DIR": str(conf), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env.pop("SPARKGUARD_FAULT_AT", None)
+    submit = Path(sys.executable).parent / "spark-submit"
+    proc = subprocess.run([str(submit), str(ROOT / "jobs" / "backfill.py"), "--plan",
+                           str(tmp_path / "missing.yaml")], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=300, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "missing.yaml" in proc.stderr
+    ivy = [ln for ln in proc.stderr.splitlines() if any(s in ln for s in (
+        ":: loading settings", "Ivy Default Cache", ":: resolving dependencies", "confs: [",
+        ":: resolution report", "modules in use", ":: retrieving", "artifacts copied",
+        "added as a dependency", "Setting default log level"))]
+    assert ivy == [], proc.stderr[-3000:]
