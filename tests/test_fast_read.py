@@ -299,7 +299,7 @@ def spark_home(spark: Any, tmp_path_factory: Any) -> Path:
                           version_read=2, version_written=3 if state != "reconciled" else None,
                           elapsed_s=0.5, **details)
     ledger.release([T1, T2], runs[0])
-    ctl.finish([T1], runs[0], actor="ann", reason="done")
+    ctl.finish([T1, T2], runs[0], actor="ann", reason="done")
     ctl.pause([T2], actor="bob", reason="manual \"hold\"")
     endings = ["gate_failed", "failed", "dry_run_passed", "done", "rolled_back", "abandoned"]
     i = 1
@@ -319,10 +319,11 @@ def _answers(reader: Any) -> str:
     """Every read both engines offer, as text (repr keeps NaN comparable)."""
     runs = reader.latest_runs(1000)
     out = [repr(reader.latest_runs(3)), repr(runs)]
-    for prog in runs:
+    for prog in runs[:3] + runs[-3:]:  # the oldest carries slices; latest_runs read every event
         out += [repr(reader.run_events(prog.run_id)), repr(reader.slice_events(prog.run_id))]
-    out += [repr(reader.lock_holders([T1, T2, "never"])), repr(reader.publish_statuses()),
-            repr(reader.publish_statuses([T1, T2, "never"]))]
+    out += [repr(sorted(d.items())) for d in (
+        reader.lock_holders([T1, T2, "never"]), reader.publish_statuses(),
+        reader.publish_statuses([T1, T2, "never"]))]  # key order is no answer
     return "\n".join(out)
 
 
@@ -410,8 +411,9 @@ def test_spark_submit_starts_without_the_ivy_banner(spark: Any, tmp_path: Path) 
     proc = subprocess.run([str(submit), str(ROOT / "jobs" / "backfill.py"), "--plan",
                            str(tmp_path / "missing.yaml")], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=300, check=False)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "missing.yaml" in proc.stderr
+    # spark-submit hands the Python driver's stderr to its stdout; its own stderr is the JVM's
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "missing.yaml: backfill_plan: plan file not found" in proc.stdout
     ivy = [ln for ln in proc.stderr.splitlines() if any(s in ln for s in (
         ":: loading settings", "Ivy Default Cache", ":: resolving dependencies", "confs: [",
         ":: resolution report", "modules in use", ":: retrieving", "artifacts copied",
