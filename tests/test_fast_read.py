@@ -136,7 +136,8 @@ def _ledger_rows(home: Path) -> None:
     runs = [
         ("20261203T000000Z-0001", 0, "started", {"dry_run": False}, 1.0),
         ("20261203T000000Z-0001", 1, "paused", {}, 2.0),
-        ("20261203T000000Z-0001", 2, "done", {}, 3.5),
+        ("20261203T000000Z-0001", 2, "done",
+         {"evidence_path": str(ROOT / "tests" / "golden" / "evidence.yaml")}, 3.5),
         ("20261203T000000Z-0002", 10, "started", {"dry_run": True}, float("nan")),
         ("20261203T000000Z-0002", 11, "gate_failed", {"error": "it's \"bad\""}, None),
     ]
@@ -168,12 +169,14 @@ def test_fast_commands_and_static_guard_import_no_pyspark(tmp_path: Path) -> Non
         for argv in (["status", "--home", home], ["status", "--home", home, "--run-id",
                      "20261203T000000Z-0002"], ["status", "--home", home, "--run-id", "nope"],
                      ["publish", "status", "--home", home], ["guard", plan, "--static-only",
-                     "--pre-approval"]):
+                     "--pre-approval"], ["report", "--home", home, "--run-id",
+                     "20261203T000000Z-0001"]):
             print("EXIT", argv[0], main(argv), flush=True)
     """, str(home), str(plan), env={"TZ": "UTC"})
     out = proc.stdout
     assert [ln for ln in out.splitlines() if ln.startswith("EXIT")] == [
-        "EXIT status 0", "EXIT status 0", "EXIT status 2", "EXIT publish 0", "EXIT guard 0"], \
+        "EXIT status 0", "EXIT status 0", "EXIT status 2", "EXIT publish 0", "EXIT guard 0",
+        "EXIT report 0"], \
         out + proc.stderr
     lines = out.splitlines()
     assert lines[0].startswith("20261203T000000Z-0002  gate_failed") and "dry-run" in lines[0]
@@ -181,7 +184,7 @@ def test_fast_commands_and_static_guard_import_no_pyspark(tmp_path: Path) -> Non
     assert "started=2026-01-01 00:00:00" in lines[1]
     assert "failed: row_count_parity" in out and "it's \"bad\"" in out
     assert "run nope is not in the ledger" in proc.stderr
-    assert "no target was ever paused" in out
+    assert "no target was ever paused" in out and "# Backfill evidence" in out
     assert "reading with Spark" not in proc.stderr
 
 
