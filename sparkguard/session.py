@@ -108,7 +108,7 @@ def write_submit_conf(spark: SparkSession, source: Path, out: Path | None = None
     started with it skip Ivy's resolution and its banner on stderr."""
     out = out or SUBMIT_CONF
     jars = [j.removeprefix("file://").removeprefix("file:")
-            for j in spark.sparkContext.getConf().get("spark.jars", "").split(",") if j]
+            for j in (spark.conf.get("spark.jars", "") or "").split(",") if j]
     if not jars:
         raise RuntimeError("this session has no resolved jars (spark.jars is empty)")
     lines = []
