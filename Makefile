@@ -5,7 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
-export SPARK_CONF_DIR := $(CURDIR)/conf
+# spark-submit's conf: conf/ with Delta's jars resolved once by `make warm` (no Ivy banner)
+SUBMIT_CONF := $(VENV)/spark-conf
+export SPARK_CONF_DIR := $(CURDIR)/$(SUBMIT_CONF)
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 # never two Spark test runs at once on this 2-core machine
 SPARK_LOCK := /tmp/sparkguard-spark.lock
@@ -16,16 +18,19 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test,dev,chart]'
-	$(MAKE) --no-print-directory warm
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(SUBMIT_CONF)/spark-defaults.conf
 
-# Resolve Delta's jars from Maven Central into the Ivy cache once, so tests do not each pay.
+$(SUBMIT_CONF)/spark-defaults.conf: $(STAMP) conf/spark-defaults.conf conf/log4j2.properties
+	$(MAKE) --no-print-directory warm
+
+# Resolve Delta's jars from Maven Central into the Ivy cache once, so tests do not each pay,
+# and write $(SUBMIT_CONF): conf/ with those jar files in place of spark.jars.packages.
 warm:
-	$(BIN)/python -c "from sparkguard.session import local_session_builder as b; s=b('warm').getOrCreate(); s.range(1).count(); s.stop()"
+	SPARK_CONF_DIR=$(CURDIR)/conf $(BIN)/python -c "from pathlib import Path; from sparkguard.session import local_session_builder as b, write_submit_conf as w; s=b('warm').getOrCreate(); s.range(1).count(); w(s, Path('conf')); s.stop()"
 
-demo: $(STAMP)
+demo: install
 	$(BIN)/python -m sparkguard.demo demo-lake
 	$(BIN)/spark-submit jobs/backfill.py --plan demo-lake/plan.yaml
 
@@ -35,17 +40,17 @@ demo: $(STAMP)
 demo-connect: $(STAMP)
 	flock $(SPARK_LOCK) $(BIN)/python -m tests.connect_server --demo demo-lake
 
-test: $(STAMP)
+test: install
 	flock $(SPARK_LOCK) $(BIN)/python -m pytest -q --durations=25 tests
 
-test-fast: $(STAMP)
+test-fast: install
 	$(BIN)/python -m pytest -q -m "not spark and not slow" tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check sparkguard jobs tests bench
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: install
 	$(BIN)/pip install -q -e '.[bench]'
 	flock $(SPARK_LOCK) $(BIN)/python bench/reconcile.py
 
@@ -59,7 +64,7 @@ bench-ledger: $(STAMP)
 
 # The README's Reliability table: a real spark-submit killed at every failpoint and re-run,
 # the concurrency scenarios and the hostile-plan corpus (about 45 min on 2 cores).
-reliability: $(STAMP)
+reliability: install
 	flock $(SPARK_LOCK) $(BIN)/python bench/reliability.py
 
 clean:

@@ -45,8 +45,10 @@ sys.path.insert(0, str(ROOT))
 from sparkguard import delta_ops  # noqa: E402
 from sparkguard.cli import main as cli_main  # noqa: E402
 from sparkguard.ledger import _SCHEMAS, Ledger  # noqa: E402
-from sparkguard.publish import _SCHEMA as PUBLISH_SCHEMA  # noqa: E402
-from sparkguard.publish import PublishControl  # noqa: E402
+from sparkguard.publish import (
+    PublishControl,
+    _schema,
+)
 from sparkguard.session import local_session_builder  # noqa: E402
 
 PLANS, TARGETS, BATCH = 50, 5, 250
@@ -65,7 +67,7 @@ def seed(spark: Any, home: str, runs: int) -> None:
     """Record ``runs`` finished runs (see the module docstring for how)."""
     led, ctl = Ledger(spark, home), PublishControl(spark, home)
     led.ensure()
-    delta_ops.create_log_table(spark, ctl.path, PUBLISH_SCHEMA)
+    delta_ops.create_log_table(spark, ctl.path, _schema())
     generation = dict.fromkeys(range(TARGETS), 0)
     for start in range(0, runs, BATCH):
         locks, holds = [], []
@@ -100,7 +102,7 @@ def seed(spark: Any, home: str, runs: int) -> None:
                           (target, run_id, False, at + dt.timedelta(minutes=5), run_id, "bench",
                            "backfill done")]
         delta_ops.append_rows(spark, led._path("locks"), _SCHEMAS["locks"], locks)
-        delta_ops.append_rows(spark, ctl.path, PUBLISH_SCHEMA, holds)
+        delta_ops.append_rows(spark, ctl.path, _schema(), holds)
 
 
 def start_to_lock(spark: Any, home: str, n: int) -> float:
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         empty, full = str(work / "empty"), str(work / "full")
         Ledger(spark, empty).ensure()
-        delta_ops.create_log_table(spark, PublishControl(spark, empty).path, PUBLISH_SCHEMA)
+        delta_ops.create_log_table(spark, PublishControl(spark, empty).path, _schema())
         t = time.perf_counter()
         seed(spark, full, args.runs)
         print(f"seeded {args.runs} runs in {time.perf_counter() - t:.1f}s", flush=True)

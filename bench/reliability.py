@@ -329,7 +329,9 @@ def submit_env(fault: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("SPARKGUARD_FAULT_AT", None)
     env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env["SPARK_CONF_DIR"] = str(ROOT / "conf")
+    from sparkguard.session import submit_conf_dir
+
+    env["SPARK_CONF_DIR"] = str(submit_conf_dir(ROOT / "conf"))  # jars resolved once: no Ivy
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = str(ROOT / ".venv" / "bin" / "python")
     if fault:
         env["SPARKGUARD_FAULT_AT"] = fault

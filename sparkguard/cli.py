@@ -7,13 +7,12 @@ Exit codes: 0 success; 1 a gate or verification failed (target unchanged or rest
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sparkguard.errors import (
     EXIT_OK,
@@ -26,7 +25,11 @@ from sparkguard.errors import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from sparkguard.state_read import StateReader
+
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 
 def _session() -> SparkSession:
@@ -170,52 +173,51 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
-    from sparkguard.ledger import Ledger, next_action, run_progress
+def _spark_if_configured(args: argparse.Namespace) -> SparkSession | None:
+    """The session, only where its conf may name the home: no ``--home`` or
+    ``$SPARKGUARD_HOME`` and a Spark already there (Databricks, spark-submit's driver, an active
+    session in this process). Elsewhere read-only commands start no JVM."""
+    if getattr(args, "home", None) or os.environ.get("SPARKGUARD_HOME"):
+        return None
+    if os.environ.get("DATABRICKS_RUNTIME_VERSION") or os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return _session()
+    if "pyspark" in sys.modules:
+        from pyspark.sql import SparkSession
 
-    spark = _session()
-    ledger = Ledger(spark, _home(args, spark))
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            return _session()
+    return None
+
+
+def _read(args: argparse.Namespace, query: Callable[[StateReader], T]) -> tuple[str, T]:
+    """``query`` over sparkguard's tables: delta-rs when it can serve, else Spark (one line on
+    stderr says so); returns the home and the answer."""
+    from sparkguard.state_read import read_state
+
+    spark = _spark_if_configured(args)
+    home = _home(args, spark)
+    return home, read_state(home, query, spark=lambda: spark or _session())
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from sparkguard.status_view import render_run, render_runs
+
+    if args.limit < 1:
+        print(f"sparkguard status: --limit must be at least 1 (got {args.limit})",
+              file=sys.stderr)
+        return EXIT_USAGE
     if args.run_id:
-        events = ledger.run_events(args.run_id)
+        home, (events, slices) = _read(args, lambda r: (
+            r.run_events(args.run_id), r.slice_events(args.run_id)))
         if not events:
-            print(f"sparkguard status: run {args.run_id} is not in the ledger at {ledger.home}",
-                  file=sys.stderr)
+            print(f"sparkguard status: run {args.run_id} is not in the ledger at "
+                  f"{home.rstrip('/')}", file=sys.stderr)
             return EXIT_USAGE
-        prog = run_progress(events)
-        print(f"run {prog.run_id}: plan {prog.plan_name} ({prog.fingerprint[:12]}), owner "
-              f"{prog.owner}, state {prog.state}{' (dry run)' if prog.dry_run else ''}; source "
-              f"version {prog.source_version}")
-        for label, tp in prog.targets.items():
-            print(f"  target {label} {tp.dataset}: reconciled at v{tp.reconciled_version}, "
-                  f"rollback point v{tp.rollback_version}, promoted v{tp.promoted_version}, "
-                  f"verified {tp.verified}, restored {tp.restored}")
-        print("events:")
-        for e in events:
-            tlabel = (e["details"] or {}).get("label") or ""
-            versions = " ".join(f"{k}={e[c]}" for k, c in (
-                ("source", "source_version"), ("read", "target_version_read"),
-                ("written", "target_version_written")) if e.get(c) is not None)
-            extra = (e["details"] or {}).get("error") or ""
-            print(f"  {e['at']:%Y-%m-%d %H:%M:%S} +{e.get('elapsed_s') or 0:7.1f}s "
-                  f"{e['state']:<15} {tlabel:<14} {versions} {extra[:120]}".rstrip())
-        slices = ledger.slice_events(args.run_id)
-        if slices:
-            print("slices:")
-        for sl in slices:
-            failed = [g["gate"] for g in sl["gates"] if not g.get("passed")]
-            print(f"  {sl['at']:%Y-%m-%d %H:%M:%S} {sl['target']} #{sl['slice_id']} "
-                  f"{', '.join(json.loads(sl['partitions']))}: {sl['state']}, {sl['rows']} rows, "
-                  f"{sl['elapsed_s'] or 0:.1f}s" + (f"; failed: {', '.join(failed)}" if failed
-                                                     else ""))
-        print(f"next: {next_action(prog)}")
+        print(render_run(events, slices))
         return EXIT_OK
-    runs = ledger.latest_runs(args.limit)
-    if not runs:
-        print(f"no runs in the ledger at {ledger.home}")
-    for prog in runs:
-        print(f"{prog.run_id}  {prog.state:<13} plan={prog.plan_name} "
-              f"started={prog.started_at:%Y-%m-%d %H:%M:%S} "
-              f"{'dry-run ' if prog.dry_run else ''}next: {next_action(prog)}")
+    home, runs = _read(args, lambda r: r.latest_runs(args.limit))
+    print(render_runs(runs, home.rstrip("/")))
     return EXIT_OK
 
 
@@ -229,10 +231,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not path and args.evidence_dir:
         path = str(Path(args.evidence_dir) / f"{args.run_id}.yaml")
     if not path:  # the ledger knows where the run wrote its evidence
-        from sparkguard.ledger import Ledger, run_progress
+        from sparkguard.ledger_model import run_progress
 
-        spark = _session()
-        events = Ledger(spark, _home(args, spark)).run_events(args.run_id)
+        _, events = _read(args, lambda r: r.run_events(args.run_id))
         recorded = run_progress(events).evidence_path if events else None
         path = recorded or str(Path(_evidence_dir(args)) / f"{args.run_id}.yaml")
     print(render_markdown(load_evidence(path)))
@@ -240,25 +241,29 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
+    from sparkguard.status_view import render_publish
+
+    if args.action != "status" and not args.target:
+        print(f"sparkguard publish {args.action}: name the TARGET", file=sys.stderr)
+        return EXIT_USAGE
+    targets = [args.target] if args.target else None
+    if args.action == "status":
+        _, (statuses, path) = _read(args, lambda r: (r.publish_statuses(targets),
+                                                     r.control_path))
+        print(render_publish(statuses, path))
+        return EXIT_OK
     from sparkguard.publish import PublishControl
 
     spark = _session()
     ctl = PublishControl(spark, _home(args, spark))
     actor = os.environ.get("SPARKGUARD_ACTOR") or os.environ.get("USER")
-    if args.action != "status" and not args.target:
-        print(f"sparkguard publish {args.action}: name the TARGET", file=sys.stderr)
-        return EXIT_USAGE
     if args.action == "pause":
         ctl.pause([args.target], actor=actor, reason=args.reason)
     elif args.action == "resume":
         cleared = ctl.resume([args.target], actor=actor, reason=args.reason)
         if cleared:
             print(f"cleared hold(s): {', '.join(cleared)}")
-    statuses = ctl.statuses([args.target] if args.target else None)
-    if not statuses:
-        print(f"no target was ever paused (control table at {ctl.path})")
-    for st in statuses.values():
-        print(st.describe())
+    print(render_publish(ctl.statuses(targets), ctl.path))
     return EXIT_OK
 
 

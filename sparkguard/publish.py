@@ -14,30 +14,36 @@ active); an operator's ``resume`` clears every hold. Downstream jobs make one ca
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
-
-from sparkguard.delta_ops import append_rows, create_log_table, delta_log_exists
 from sparkguard.sql import IDENTIFIER_RE, TableRef, quote_identifier
+
+# No pyspark at import: downstream jobs import this module for :func:`is_paused` with only
+# ``deltalake`` installed. The Spark side imports it where it runs.
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["MANUAL_HOLD", "PublishControl", "PublishStatus", "is_paused", "register_view",
            "status_sql"]
 
 MANUAL_HOLD = "manual"
-_SCHEMA = T.StructType([
-    T.StructField("target", T.StringType(), False),
-    T.StructField("hold", T.StringType(), False),
-    T.StructField("paused", T.BooleanType(), False),
-    T.StructField("at", T.TimestampType(), False),
-    T.StructField("run_id", T.StringType(), True),
-    T.StructField("actor", T.StringType(), True),
-    T.StructField("reason", T.StringType(), True),
-])
+
+
+def _schema() -> Any:
+    from pyspark.sql import types as T
+
+    return T.StructType([
+        T.StructField("target", T.StringType(), False),
+        T.StructField("hold", T.StringType(), False),
+        T.StructField("paused", T.BooleanType(), False),
+        T.StructField("at", T.TimestampType(), False),
+        T.StructField("run_id", T.StringType(), True),
+        T.StructField("actor", T.StringType(), True),
+        T.StructField("reason", T.StringType(), True),
+    ])
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,10 @@ class PublishControl:
         return self.ref.path
 
     def _events(self, targets: Sequence[str] | None = None) -> DataFrame | None:
+        from pyspark.sql import functions as F
+
+        from sparkguard.delta_ops import delta_log_exists
+
         if not delta_log_exists(self.spark, self.path):
             return None
         df = self.spark.read.format("delta").load(self.path)
@@ -95,8 +105,10 @@ class PublishControl:
     def _append(self, rows: list[tuple[Any, ...]]) -> None:
         if not rows:
             return
-        create_log_table(self.spark, self.path, _SCHEMA)
-        append_rows(self.spark, self.path, _SCHEMA, rows)
+        from sparkguard.delta_ops import append_rows, create_log_table
+
+        create_log_table(self.spark, self.path, _schema())
+        append_rows(self.spark, self.path, _schema(), rows)
 
     @staticmethod
     def _now() -> dt.datetime:
@@ -179,9 +191,12 @@ class PublishControl:
 def _current(events: DataFrame) -> DataFrame:
     """From the control events: one row per hold still set (newest event of its (target, hold)
     pauses) and one row per target with ``hold`` null and ``at`` its last change."""
+    from pyspark.sql import functions as F
+
+    names = _schema().names
     newest = events.groupBy("target", "hold").agg(
-        F.max_by(F.struct(*[F.col(c) for c in _SCHEMA.names]), F.col("at")).alias("_row"))
-    held = newest.select(*[F.col("_row")[c].alias(c) for c in _SCHEMA.names]).filter(
+        F.max_by(F.struct(*[F.col(c) for c in names]), F.col("at")).alias("_row"))
+    held = newest.select(*[F.col("_row")[c].alias(c) for c in names]).filter(
         F.col("paused"))
     last = events.groupBy("target").agg(F.max("at").alias("at")).select(
         "target", F.lit(None).cast("string").alias("hold"), F.lit(None).cast("boolean")
@@ -190,19 +205,38 @@ def _current(events: DataFrame) -> DataFrame:
     return held.unionByName(last)
 
 
-def is_paused(spark: SparkSession, target: str, home: str) -> bool:
+def is_paused(home_or_spark: str | os.PathLike[str] | SparkSession, /, target: str,
+              home: str | None = None, *, storage_options: Mapping[str, str] | None = None
+              ) -> bool:
     """One call for downstream jobs: is publish of ``target`` paused (by any hold)?
 
-    ``target`` is the dataset exactly as the backfill plan names it; ``home`` is sparkguard's
-    home (``--home``, ``spark.sparkguard.home`` or ``SPARKGUARD_HOME``).
+    ``is_paused(home, target)`` reads the control table with delta-rs (``deltalake``): no
+    Spark, no JVM. ``home`` is sparkguard's home (a local path or an ``s3://``, ``gs://``,
+    ``abfss://``... URI; credentials from the environment or ``storage_options``); ``target``
+    is the dataset exactly as the backfill plan names it. Raises
+    :class:`sparkguard.state_read.FastReadUnavailable` when delta-rs cannot read the table (it
+    never answers "open" then).
+
+    ``is_paused(spark, target, home)`` asks the same through a Spark session.
     """
-    return PublishControl(spark, home).is_paused(target)
+    if isinstance(home_or_spark, (str, os.PathLike)):
+        if home is not None:
+            raise TypeError("is_paused(home, target): give the home once")
+        from sparkguard.state_read import DeltaRsReader
+
+        reader = DeltaRsReader(os.fspath(home_or_spark), storage_options)
+        return reader.publish_statuses([target])[target].paused
+    if home is None:
+        raise TypeError("is_paused(spark, target, home): name sparkguard's home")
+    return PublishControl(home_or_spark, home).is_paused(target)
 
 
 def register_view(spark: SparkSession, home: str, name: str = "sparkguard_publish_status") -> str:
     """Register a temp view ``target, paused, holds, last_change``; returns its quoted name."""
     if not IDENTIFIER_RE.match(name):
         raise ValueError(f"view name {name!r} must be a plain identifier")
+    from sparkguard.delta_ops import delta_log_exists
+
     control = PublishControl(spark, home)
     if delta_log_exists(spark, control.path):
         spark.sql(status_sql(home)).createOrReplaceTempView(name)

@@ -27,8 +27,7 @@ from pyspark.sql import types as T
 from sparkguard import delta_ops
 from sparkguard.errors import ConcurrentRunError
 from sparkguard.ledger import _SCHEMAS, Ledger
-from sparkguard.publish import _SCHEMA as PUBLISH_SCHEMA
-from sparkguard.publish import PublishControl, is_paused
+from sparkguard.publish import PublishControl, _schema, is_paused
 from sparkguard.sql import PartitionType, TableRef, window_predicate
 
 pytestmark = pytest.mark.spark
@@ -63,7 +62,7 @@ def test_publish_status_newest_event_decides_past_50000_events(spark: Any, lake:
         F.lit(False).alias("paused"), _seconds(F.col("id") + 0.5).alias("at"),
         F.concat(F.lit("run-"), F.col("id")).alias("run_id"), F.lit("bot").alias("actor"),
         F.lit("history").alias("reason"))
-    _bulk(spark, ctl.path, PUBLISH_SCHEMA, old.unionByName(cleared))
+    _bulk(spark, ctl.path, _schema(), old.unionByName(cleared))
     assert not is_paused(spark, TARGET, home)  # 75,000 events, every hold cleared
     ctl.pause([TARGET], run_id="run-now", actor="alice", reason="backfill")  # the newest event
     st = ctl.status(TARGET)
