@@ -45,10 +45,7 @@ sys.path.insert(0, str(ROOT))
 from sparkguard import delta_ops  # noqa: E402
 from sparkguard.cli import main as cli_main  # noqa: E402
 from sparkguard.ledger import _SCHEMAS, Ledger  # noqa: E402
-from sparkguard.publish import (
-    PublishControl,
-    _schema,
-)
+from sparkguard.publish import PublishControl, _schema  # noqa: E402
 from sparkguard.session import local_session_builder  # noqa: E402
 
 PLANS, TARGETS, BATCH = 50, 5, 250
