@@ -17,15 +17,15 @@ slice at 60 days with one partition per slice, against the same window at ``auto
 Run it alone (it starts one JVM at a time): ``make bench-backfill``, or
 ``flock /tmp/sparkguard-spark.lock .venv/bin/python bench/backfill.py --rounds 1``.
 
-``--ledger-runs N`` adds the ledger-size part (start-to-lock and ``sparkguard status`` with N
-earlier runs in the ledger against an empty one), when ``bench/ledger_size.py`` provides it.
+``--ledger-runs N`` adds the ledger-size part: ``bench/ledger_scale.py`` (start to lock and
+``sparkguard status`` with N earlier runs in the ledger against an empty one), its line printed
+before the last one.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import os
 import shutil
 import statistics
@@ -123,17 +123,19 @@ def _rows_per_day(base: Path) -> int:
     return int((base / "rows_per_day").read_text())
 
 
-def ledger_part(runs: int) -> str | None:
-    """The ledger-size figures from ``bench/ledger_size.py`` (another part of the bench), if
-    present: it must define ``measure(runs: int) -> str`` returning one line."""
-    path = ROOT / "bench" / "ledger_size.py"
+def ledger_part(runs: int) -> str:
+    """The ledger-size figures: ``bench/ledger_scale.py --runs N`` in its own process (start
+    to lock and ``sparkguard status`` with N earlier runs against an empty ledger); its last
+    line, ``ledger_runs=N lock_ratio=... ...``."""
+    path = ROOT / "bench" / "ledger_scale.py"
     if not path.exists():
-        return f"ledger_runs={runs}: not measured (bench/ledger_size.py is not in this tree)"
-    spec = importlib.util.spec_from_file_location("ledger_size", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return str(mod.measure(runs))
+        return f"ledger_runs={runs}: not measured (bench/ledger_scale.py is not in this tree)"
+    proc = subprocess.run([sys.executable, str(path), "--runs", str(runs), "--rounds", "3"],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, check=False)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"bench/ledger_scale.py exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return lines[-1]
 
 
 def main(argv: list[str] | None = None) -> int:
