@@ -10,11 +10,13 @@ the choice of numbers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Literal, TypeVar
 
 from sparkguard.plan.model import BackfillPlan, TargetSpec
 from sparkguard.sql import PartitionType
+
+_T = TypeVar("_T")
 
 __all__ = ["AUTO_ROWS_PER_SLICE", "WAVE_MAX_ROWS", "WAVE_MAX_SLICES", "plan_slices",
            "slices_of", "target_order", "waves_of", "window_partitions"]
@@ -72,6 +74,26 @@ def _rows(counts: Mapping[str, int] | None, part: object) -> int:
     return int(counts.get(str(part), 0)) if counts else 0
 
 
+def _consecutive_groups(items: Iterable[_T], weight: Callable[[_T], int],
+                        max_weight: int | None, max_items: int | None = None) -> list[list[_T]]:
+    """Consecutive items grouped greedily: a group closes before it would pass ``max_weight``
+    or ``max_items`` (None: no bound); an item heavier than the bound is a group of its own."""
+    groups: list[list[_T]] = []
+    current: list[_T] = []
+    total = 0
+    for item in items:
+        w = weight(item)
+        if current and ((max_weight is not None and total + w > max_weight)
+                        or (max_items is not None and len(current) >= max_items)):
+            groups.append(current)
+            current, total = [], 0
+        current.append(item)
+        total += w
+    if current:
+        groups.append(current)
+    return groups
+
+
 def plan_slices(parts: list[object], setting: int | Literal["auto"],
                 counts: Mapping[str, int] | None = None,
                 rows_per_slice: int = AUTO_ROWS_PER_SLICE) -> list[list[object]]:
@@ -86,19 +108,8 @@ def plan_slices(parts: list[object], setting: int | Literal["auto"],
         return slices_of(parts, int(setting))
     if not parts:
         return []
-    out: list[list[object]] = [[parts[0]]]
-    current: list[object] = []
-    rows = 0
-    for p in parts[1:]:
-        n = _rows(counts, p)
-        if current and counts is not None and rows + n > rows_per_slice:
-            out.append(current)
-            current, rows = [], 0
-        current.append(p)
-        rows += n
-    if current:
-        out.append(current)
-    return out
+    limit = rows_per_slice if counts is not None else None
+    return [[parts[0]], *_consecutive_groups(parts[1:], lambda p: _rows(counts, p), limit)]
 
 
 def waves_of(slices: Sequence[Sequence[object]], counts: Mapping[str, int] | None = None,
@@ -111,16 +122,6 @@ def waves_of(slices: Sequence[Sequence[object]], counts: Mapping[str, int] | Non
     """
     max_rows = WAVE_MAX_ROWS if max_rows is None else max_rows
     max_slices = WAVE_MAX_SLICES if max_slices is None else max_slices
-    waves: list[list[int]] = []
-    current: list[int] = []
-    rows = 0
-    for i in range(1, len(slices)):
-        n = sum(_rows(counts, p) for p in slices[i])
-        if current and (rows + n > max_rows or len(current) >= max_slices):
-            waves.append(current)
-            current, rows = [], 0
-        current.append(i)
-        rows += n
-    if current:
-        waves.append(current)
-    return waves
+    return _consecutive_groups(range(1, len(slices)),
+                               lambda i: sum(_rows(counts, p) for p in slices[i]),
+                               max_rows, max_slices)
