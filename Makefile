@@ -12,7 +12,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 # never two Spark test runs at once on this 2-core machine
 SPARK_LOCK := /tmp/sparkguard-spark.lock
 
-.PHONY: install demo demo-connect test test-fast lint bench bench-backfill bench-ledger reliability clean warm
+.PHONY: install demo demo-connect test test-fast test-unit test-integration test-system lint bench bench-backfill bench-ledger reliability clean warm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -38,13 +38,24 @@ demo: install
 # conf/spark-defaults.conf): lake and backfill run as Connect clients (SPARK_REMOTE), the server
 # is stopped afterwards; the last line is `connect exit=0 promoted_version=N rollback_point=M`.
 demo-connect: $(STAMP)
-	flock $(SPARK_LOCK) $(BIN)/python -m tests.connect_server --demo demo-lake
+	flock $(SPARK_LOCK) $(BIN)/python -m tests.system.connect_server --demo demo-lake
 
+# All three tiers in one pytest process (one shared Spark session): tests/unit, tests/integration,
+# tests/system. tests/README.md says which tier a test belongs to.
 test: install
 	flock $(SPARK_LOCK) $(BIN)/python -m pytest -q --durations=25 tests
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not spark and not slow" tests
+
+test-unit: install
+	$(BIN)/python -m pytest -q --durations=10 tests/unit
+
+test-integration: install
+	flock $(SPARK_LOCK) $(BIN)/python -m pytest -q --durations=25 tests/integration
+
+test-system: install
+	flock $(SPARK_LOCK) $(BIN)/python -m pytest -q --durations=25 tests/system
 
 lint: $(STAMP)
 	$(BIN)/ruff check sparkguard jobs tests bench
@@ -52,7 +63,7 @@ lint: $(STAMP)
 
 bench: install
 	$(BIN)/pip install -q -e '.[bench]'
-	flock $(SPARK_LOCK) $(BIN)/python bench/reconcile.py
+	flock $(SPARK_LOCK) $(BIN)/python -m bench.reconcile
 
 # sparkguard against the naive job (one replaceWhere), cold spark-submit each, 3/60/365 days
 bench-backfill: $(STAMP)

@@ -39,8 +39,6 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 WINDOWS = (3, 60, 365)
 ROLES = (("data-platform-owner", "alice@example.com"), ("downstream-owner", "bob@example.com"))

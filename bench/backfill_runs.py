@@ -7,7 +7,7 @@ backfill ``--runs`` times on fresh copies, printing per run the wall time and ho
 Spark's code generator compiled (``CodegenMetrics``). The parent prints the median of the warm
 runs (all but the first) per setting and, last, their ratio::
 
-    flock /tmp/sparkguard-spark.lock .venv/bin/python bench/backfill_runs.py \\
+    flock /tmp/sparkguard-spark.lock .venv/bin/python -m bench.backfill_runs \\
         --baseline spark.sql.codegen.cache.maxEntries=100
 
 By default the variant is sparkguard's own local settings, so the line reads
@@ -27,8 +27,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 def child(confs: dict[str, str], runs: int) -> int:
     """Build the session, then time ``runs`` backfills; one JSON line per run."""

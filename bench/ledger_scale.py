@@ -33,14 +33,12 @@ import io
 import json
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from sparkguard import delta_ops  # noqa: E402
 from sparkguard.cli import main as cli_main  # noqa: E402

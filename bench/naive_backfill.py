@@ -7,10 +7,7 @@ reconciliation, publish control or verification. Same session setup as ``jobs/ba
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main() -> int:

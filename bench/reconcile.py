@@ -10,7 +10,7 @@ reported exactly the injected differences (exit 1 otherwise) and prints as its l
 
 (ratios of medians). Run it alone on the machine::
 
-    flock /tmp/sparkguard-spark.lock .venv/bin/python bench/reconcile.py [--rows 2000000]
+    flock /tmp/sparkguard-spark.lock .venv/bin/python -m bench.reconcile [--rows 2000000]
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,8 +25,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402

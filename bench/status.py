@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 STATES = ["started", "paused", "proof_passed", "reconciled", "promoting", "promoted", "verified",
           "done"]

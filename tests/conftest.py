@@ -1,7 +1,24 @@
-"""Shared fixtures: one local Spark + Delta session per test process, a temp lake per test."""
+"""Shared fixtures: one local Spark + Delta session per test process, a temp lake per test.
+
+Tiers (a file's folder says what it needs; ``tests/README.md`` has the rule):
+
+- ``tests/unit``: no Spark at all (no session, no JVM, no ``spark-submit``);
+- ``tests/integration``: the one shared in-process session (``spark``) and the base lake built
+  once per session (``base_lake``, copied by tests that write);
+- ``tests/system``: real ``spark-submit`` runs, the local cluster, the notebook, the Spark
+  Connect server and the crash/concurrency harness (``tests/system/harness``).
+
+Every test in ``tests/system`` is marked ``system``; a test using ``spark`` is marked
+``spark``. A test marked ``reliability`` is a row of the README's Reliability table: it
+records its outcome as the ``reliability`` property (JSON) in pytest's results, or, with
+``reliability("kind")``, just its kind; ``bench/reliability.py`` reads them.
+``make test-fast`` runs every test marked neither ``spark`` nor ``slow`` (all of ``tests/unit``
+and the pure tests of the other tiers).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -9,9 +26,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+TESTS = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")
@@ -45,6 +60,12 @@ def lake(tmp_path: Path) -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    system = TESTS / "system"
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+        if system in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.system)
+        kind = item.get_closest_marker("reliability")
+        if kind is not None and kind.args:  # a row of the reliability table by its kind alone
+            item.user_properties.append(("reliability", json.dumps({"kind": kind.args[0]})))

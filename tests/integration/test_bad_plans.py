@@ -372,6 +372,7 @@ def test_the_corpus_is_large_and_unique():
     assert len({c.id for c in CASES}) == len(CASES)
 
 
+@pytest.mark.reliability("hostile_plan")
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_static_bad_plan_refused_before_spark_with_nothing_written(case, tmp_path, monkeypatch,
                                                                    capsys):
@@ -423,10 +424,10 @@ def test_guard_reports_the_same_refusals(tmp_path, capsys, monkeypatch):
 # -- cases only the live guard can catch: one shared small lake ---------------------------------
 
 @pytest.fixture(scope="module")
-def live_lake(spark, tmp_path_factory) -> Path:
-    from tests.lakes import build_base
+def live_lake(base_lake, tmp_path_factory) -> Path:
+    from tests.lakes import copy_lake
 
-    return build_base(spark, tmp_path_factory.mktemp("bad-live") / "lake")
+    return copy_lake(base_lake, tmp_path_factory.mktemp("bad-live") / "lake")
 
 
 LIVE_CASES: list[Case] = [
@@ -447,6 +448,7 @@ LIVE_CASES: list[Case] = [
 ]
 
 
+@pytest.mark.reliability("hostile_plan")
 @pytest.mark.parametrize("case", LIVE_CASES, ids=[c.id for c in LIVE_CASES])
 def test_live_bad_plan_refused_with_nothing_written(case, spark, live_lake, tmp_path, capsys,
                                                     monkeypatch):

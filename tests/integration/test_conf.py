@@ -16,7 +16,7 @@ import yaml
 from sparkguard.cli import build_parser
 from sparkguard.sql import TableRef, UnsafeSQLError, restore_statement
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 VAR_RE = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
 JOB_PARAM_RE = re.compile(r"\{\{job\.parameters\.([A-Za-z0-9_]+)\}\}")

@@ -24,7 +24,7 @@ from sparkguard.cli import main
 from sparkguard.state_read import DeltaRsReader, FastReadUnavailable, read_state
 from tests.plan_fixtures import plan_yaml, valid_plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EPOCH_2026 = 1_767_225_600_000_000  # 2026-01-01 00:00:00 UTC in microseconds
 # Runs code with pyspark and delta-spark made unimportable, then says whether either got in.
 BLOCKED = textwrap.dedent("""

@@ -17,14 +17,14 @@ from sparkguard.cli import main
 from sparkguard.guard import Severity, blocking, static_findings
 from sparkguard.guard_live import LIVE_RULES, live_findings, retention_days
 from sparkguard.plan import load_plan_text
-from tests.lakes import WINDOW, build_base, write_plan
+from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
-def base(spark, tmp_path_factory) -> Path:
-    root = build_base(spark, tmp_path_factory.mktemp("live") / "lake")
+def base(spark, base_lake, tmp_path_factory) -> Path:
+    root = copy_lake(base_lake, tmp_path_factory.mktemp("live") / "lake")
     target = spark.read.format("delta").load(str(root / "target" / "orders_clean"))
     target.write.format("delta").save(str(root / "target" / "orders_flat"))  # unpartitioned
     return root

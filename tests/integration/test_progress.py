@@ -15,7 +15,7 @@ from sparkguard.demo import generate_lake
 from sparkguard.evidence import load_evidence
 from sparkguard.plan import load_plan
 from sparkguard.run.evaluator import run_backfill
-from tests.test_evidence import TEMPLATE, key_paths
+from tests.unit.test_evidence import TEMPLATE, key_paths
 
 ROWS_PER_DAY = 50
 CALLER_GROUP = "caller-of-sparkguard"

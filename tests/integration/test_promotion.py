@@ -1,6 +1,6 @@
 """Promotion: idempotent commits (txnAppId/txnVersion), the rollback point read right before
 the commit, a target that moved (outside or inside the window), a real Delta conflict retried.
-(A verification mismatch restored at once with exit 1: tests/test_multi_target.py.)"""
+(A verification mismatch restored at once with exit 1: tests/integration/test_multi_target.py.)"""
 
 from __future__ import annotations
 

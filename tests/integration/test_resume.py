@@ -59,7 +59,7 @@ def test_failure_on_slice_3_then_fix_and_rerun_redoes_only_the_unfinished_wave(
         spark: Any, base_lake: Path, tmp_path: Path) -> None:
     root = copy_lake(base_lake, tmp_path / "lake")
     plan = write_plan(root, lambda p: (p["targets"][0].update(
-        transform={"callable": "tests.test_resume:flaky_transform"}),
+        transform={"callable": "tests.integration.test_resume:flaky_transform"}),
         p["execution"].update(max_concurrent_slices=2)))  # slices 2 and 3 side by side
     target, home = root / "target" / "orders_clean", str(root / "_sg")
     FAIL_ON.add(str(WINDOW[2]))

@@ -95,7 +95,7 @@ def test_a_failing_wave_stops_the_run_before_the_next_wave_is_written(
     monkeypatch.setattr(plan_window, "WAVE_MAX_SLICES", 1)  # one slice per wave
     root = copy_lake(base_lake, tmp_path / "lake")
     plan = write_plan(root, lambda p: (_one_per_slice(p), p["targets"][0].update(
-        transform={"callable": "tests.test_run_engine:drops_middle_day"})))
+        transform={"callable": "tests.integration.test_run_engine:drops_middle_day"})))
     home = str(root / "_sg")
     out = _run(spark, plan)
     assert out.exit_code == 1 and "wave 1" in out.message
@@ -115,7 +115,7 @@ def test_a_transform_returning_no_dataframe_is_a_runtime_failure_with_publish_pa
         spark: Any, base_lake: Path, tmp_path: Path) -> None:
     root = copy_lake(base_lake, tmp_path / "lake")
     plan = write_plan(root, lambda p: p["targets"][0].update(
-        transform={"callable": "tests.test_run_engine:not_a_frame"}))
+        transform={"callable": "tests.integration.test_run_engine:not_a_frame"}))
     target, home = root / "target" / "orders_clean", str(root / "_sg")
     with pytest.raises(TransformResultError, match="returned list, not a pyspark DataFrame") \
             as err:
@@ -135,7 +135,7 @@ def test_failure_evidence_that_cannot_be_written_surfaces_with_the_failure(
         spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
     root = copy_lake(base_lake, tmp_path / "lake")
     plan = write_plan(root, lambda p: p["targets"][0].update(
-        transform={"callable": "tests.test_run_engine:not_a_frame"}))
+        transform={"callable": "tests.integration.test_run_engine:not_a_frame"}))
 
     def broken(*_a: Any, **_k: Any) -> str:
         raise OSError("disk full")

@@ -6,9 +6,9 @@ with the Delta package, extension and catalog from ``conf/spark-defaults.conf`` 
 as every other local run). It listens on a free loopback port; :func:`connect_server` waits
 until it answers and always stops it (its whole process group) on the way out.
 
-As a command: ``python -m tests.connect_server -- CMD ARGS...`` starts the server, runs
+As a command: ``python -m tests.system.connect_server -- CMD ARGS...`` starts the server, runs
 ``CMD`` with ``SPARK_REMOTE=sc://127.0.0.1:PORT`` in its environment, stops the server and
-exits with ``CMD``'s exit code. ``python -m tests.connect_server --demo ROOT`` (``make
+exits with ``CMD``'s exit code. ``python -m tests.system.connect_server --demo ROOT`` (``make
 demo-connect``) generates the demo lake under ``ROOT`` and runs its backfill, both through the
 server, then prints ``connect exit=E promoted_version=N rollback_point=M`` last.
 """
@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
@@ -138,8 +138,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv or argv[0].startswith("-"):
-        print("usage: python -m tests.connect_server -- CMD [ARGS...]\n"
-              "       python -m tests.connect_server --demo ROOT", file=sys.stderr)
+        print("usage: python -m tests.system.connect_server -- CMD [ARGS...]\n"
+              "       python -m tests.system.connect_server --demo ROOT", file=sys.stderr)
         return 2
     with connect_server(log_dir=os.environ.get("SPARKGUARD_CONNECT_LOG_DIR")) as url:
         print(f"connect server at {url}", flush=True)

@@ -4,31 +4,31 @@ Two submissions of the same plan at once, or the same command again while a run 
 way: exactly one proceeds, the other exits 2 naming the holder and writes nothing. Another
 writer appending outside the window while a real ``spark-submit`` backfill runs loses
 nothing. Another writer touching the window during a run makes the run stop safely (or
-finish), never lose either side's rows. The scenarios live in ``bench/reliability.py`` so the
-published figures come from the same code.
+finish), never lose either side's rows. The scenarios live in ``tests/system/harness``;
+``bench/reliability.py`` renders the published figures from these tests' recorded outcomes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from bench.reliability import (
+from tests.system.harness import (
     WINDOW_MOMENTS,
     Expected,
     Lake,
     appends_outside_window,
     expected_states,
-    make_base,
     new_lake,
     second_run_mid_run,
     two_runs_at_once,
     window_writer,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.reliability]
 # `make test` leaves out the costliest lock scenario (the two-at-once one covers the lock) and
 # runs the appends scenario inside the two-at-once one; SPARKGUARD_FULL_CRASH=1 (and `make
 # reliability`) run both on their own too.
@@ -36,8 +36,9 @@ FULL = os.environ.get("SPARKGUARD_FULL_CRASH") == "1"
 
 
 @pytest.fixture(scope="module")
-def base(spark, tmp_path_factory) -> Path:
-    return make_base(spark, tmp_path_factory.mktemp("concurrency") / "base")
+def base(base_lake) -> Path:
+    """The session's base lake (built once); each scenario copies it (``new_lake``)."""
+    return base_lake
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +47,13 @@ def expected(spark, base) -> Expected:
 
 
 def test_same_plan_twice_at_once_one_proceeds_and_appends_outside_the_window_survive(
-        spark, base, expected, tmp_path) -> None:
+        spark, base, expected, tmp_path, record_property) -> None:
     # two real submissions of one plan while another writer appends outside the window: the
     # lock and the appends scenario in the same two spark-submits (`make test` pays for two
     # JVMs, not three; the appends scenario alone runs below with SPARKGUARD_FULL_CRASH=1)
     out = two_runs_at_once(spark, new_lake(base, tmp_path / "lake"), expected,
                            append_outside=True, pause_s=4.0)
+    record_property("reliability", json.dumps(out.record()))  # the table's row
 
     assert sorted(out.codes) == [0, 2]
     (winner,) = out.ledger.done_runs()
@@ -67,9 +69,10 @@ def test_same_plan_twice_at_once_one_proceeds_and_appends_outside_the_window_sur
 
 
 @pytest.mark.skipif(not FULL, reason="set SPARKGUARD_FULL_CRASH=1 (costs a spark-submit)")
-def test_same_plan_again_while_a_run_is_under_way_is_refused(spark, base, expected, tmp_path
-                                                             ) -> None:
+def test_same_plan_again_while_a_run_is_under_way_is_refused(spark, base, expected, tmp_path,
+                                                             record_property) -> None:
     out = second_run_mid_run(spark, new_lake(base, tmp_path / "lake"), expected)
+    record_property("reliability", json.dumps(out.record()))  # the table's row
 
     assert out.notes["overlapped"], "the second run must reach its lock while the first runs"
     assert out.codes == [0, 2]
@@ -81,9 +84,10 @@ def test_same_plan_again_while_a_run_is_under_way_is_refused(spark, base, expect
 
 
 @pytest.mark.skipif(not FULL, reason="set SPARKGUARD_FULL_CRASH=1 (costs a spark-submit)")
-def test_appends_outside_the_window_during_a_run_all_survive(spark, base, expected, tmp_path
-                                                             ) -> None:
+def test_appends_outside_the_window_during_a_run_all_survive(spark, base, expected, tmp_path,
+                                                             record_property) -> None:
     out = appends_outside_window(spark, new_lake(base, tmp_path / "lake"), expected)
+    record_property("reliability", json.dumps(out.record()))  # the table's row
 
     assert out.codes == [0]
     assert out.notes["appends_before_promotion"] >= 1
@@ -96,8 +100,9 @@ def test_appends_outside_the_window_during_a_run_all_survive(spark, base, expect
 
 @pytest.mark.parametrize("moment", list(WINDOW_MOMENTS))
 def test_writer_in_the_window_stops_the_run_and_loses_nothing(spark, base, expected, tmp_path,
-                                                              moment) -> None:
+                                                              moment, record_property) -> None:
     out = window_writer(spark, new_lake(base, tmp_path / "lake"), expected, moment)
+    record_property("reliability", json.dumps(out.record()))  # the table's row
 
     # the writer's rows are all there, and the rest is wholly before or wholly after
     assert out.after.state in ("original", "clean")

@@ -1,6 +1,6 @@
 """Spark Connect: sparkguard against a real local Spark Connect server with Delta.
 
-One server (``tests/connect_server.py``, its own JVM) serves the whole module; the test process
+One server (``tests/system/connect_server.py``, its own JVM) serves the whole module; the test process
 holds only the Connect client. Over that remote session: the end-to-end backfill, ``status``
 (through the ``sparkguard`` command in a fresh process with ``SPARK_REMOTE``), a rollback refused
 for a foreign commit and then forced, a gate failure with the target unchanged, and a crash at
@@ -31,8 +31,8 @@ import pytest
 
 from sparkguard import compat, delta_ops
 from sparkguard.sql import TableRef
-from tests.connect_server import ROOT, connect_server
 from tests.lakes import TEST_SESSION_CONF, WINDOW, build_base, copy_lake, set_transform, write_plan
+from tests.system.connect_server import ROOT, connect_server
 
 SPARK = pytest.mark.spark
 CALLER_TAG = "caller-of-sparkguard"
@@ -330,7 +330,7 @@ def test_the_scan_sees_a_jvm_handle(tmp_path: Path) -> None:
 
 
 def test_the_connect_server_command_uses_pyspark_s_server_and_the_delta_conf() -> None:
-    from tests.connect_server import SERVER_CLASS, server_command
+    from tests.system.connect_server import SERVER_CLASS, server_command
 
     cmd = server_command(15002, {"spark.sql.shuffle.partitions": "2"})
     assert cmd[0].endswith("spark-submit") and SERVER_CLASS in cmd

@@ -2,7 +2,8 @@
 
 Every failpoint is reached by exactly one call site. The Spark scenarios run the real
 ``spark-submit jobs/backfill.py`` (and ``jobs/rollback.py``) through the harness in
-``bench/reliability.py``, which also produces the README's Reliability figures. ``make test``
+``tests/system/harness``; each records its outcome, from which ``bench/reliability.py`` renders
+the README's Reliability figures. ``make test``
 runs a representative subset (a backfill killed in its slices whose resuming re-run is killed
 just after its promote commit, and a rollback killed midway); there the last re-run, which only
 resumes from what is on disk, runs in the test process instead of a fresh JVM.
@@ -12,6 +13,7 @@ resumes from what is on disk, runs in the test process instead of a fresh JVM.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.reliability import (
+from sparkguard.cli import main
+from sparkguard.faults import FAILPOINTS, KILLED_EXIT_CODE, ROLLBACK_FAILPOINTS, failpoint
+from tests.system.harness import (
     BACKFILL_FAILPOINTS,
     SUBSET,
     Expected,
@@ -27,16 +31,13 @@ from bench.reliability import (
     crash_backfill,
     crash_rollback,
     expected_states,
-    make_base,
     new_lake,
     paused_after_crash,
     spark_submit,
     state_after_crash,
 )
-from sparkguard.cli import main
-from sparkguard.faults import FAILPOINTS, KILLED_EXIT_CODE, ROLLBACK_FAILPOINTS, failpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FULL = os.environ.get("SPARKGUARD_FULL_CRASH") == "1"
 # `make test`: the backfill killed at the subset's first failpoint, the re-run that resumes it
 # killed at the second, then the last re-run; SPARKGUARD_FULL_CRASH=1 kills a fresh run at each.
@@ -105,8 +106,9 @@ def test_failpoint_kills_only_when_named(armed: str | None) -> None:
 
 
 @pytest.fixture(scope="module")
-def base(spark, tmp_path_factory) -> Path:
-    return make_base(spark, tmp_path_factory.mktemp("crash") / "base")
+def base(base_lake) -> Path:
+    """The session's base lake (built once); each scenario copies it (``new_lake``)."""
+    return base_lake
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +121,14 @@ _PROMOTED: list[Lake] = []
 
 
 @pytest.mark.slow
+@pytest.mark.reliability
 @pytest.mark.parametrize(("fault", "recovery"), BACKFILL_CASES,
                          ids=["-then-".join(f for f in case if f) for case in BACKFILL_CASES])
 def test_backfill_killed_then_rerun_converges(spark, base, expected, tmp_path, fault,
-                                              recovery) -> None:
+                                              recovery, record_property) -> None:
     out = crash_backfill(spark, new_lake(base, tmp_path / "lake"), expected, fault, recovery,
                          rerun_here=not FULL)
+    record_property("reliability", json.dumps(out.record()))  # the reliability table's row
 
     assert out.crash.died_at(fault), out.crash.tail()
     # the moment it died: untouched before the promote commit, fully promoted after it
@@ -153,8 +157,10 @@ def test_backfill_killed_then_rerun_converges(spark, base, expected, tmp_path, f
 
 
 @pytest.mark.slow
+@pytest.mark.reliability
 @pytest.mark.parametrize("fault", ROLLBACK_RUN)
-def test_rollback_killed_then_rerun_restores(spark, base, expected, tmp_path, fault) -> None:
+def test_rollback_killed_then_rerun_restores(spark, base, expected, tmp_path, fault,
+                                             record_property) -> None:
     if _PROMOTED:
         lake = _PROMOTED.pop()
     else:
@@ -163,6 +169,7 @@ def test_rollback_killed_then_rerun_restores(spark, base, expected, tmp_path, fa
         assert clean.code == 0, clean.tail()
 
     out = crash_rollback(spark, lake, expected, fault, rerun_here=not FULL)
+    record_property("reliability", json.dumps(out.record()))
 
     assert out.crash.died_at(fault), out.crash.tail()
     assert out.after_crash.state == ("original" if fault == "after_rollback_restore"

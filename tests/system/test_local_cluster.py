@@ -23,7 +23,7 @@ from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MASTER = "local-cluster[2,1,1024]"
 CALLABLE = "sparkguard.demo:transform_orders"
 

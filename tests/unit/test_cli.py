@@ -16,7 +16,7 @@ from sparkguard.errors import EXIT_OK, EXIT_USAGE
 from sparkguard.faults import FAILPOINTS
 from tests.lakes import write_plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUBCOMMANDS = [["guard"], ["approve"], ["run"], ["status"], ["report"], ["rollback"],
                ["publish"], ["plan", "schema"], ["plan", "init"], ["faults"]]
 # Runs a snippet in a fresh interpreter and reports whether it left Spark untouched.

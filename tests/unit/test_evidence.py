@@ -1,7 +1,7 @@
 """Evidence: the documented YAML shape, the Markdown summary (golden files) and the PNG chart.
 
 Regenerate the golden Markdown after an intended change with
-``SPARKGUARD_REGEN_GOLDEN=1 pytest tests/test_evidence.py`` and review the diff.
+``SPARKGUARD_REGEN_GOLDEN=1 pytest tests/unit/test_evidence.py`` and review the diff.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from sparkguard.cli import main
 from sparkguard.errors import EXIT_OK, EXIT_USAGE
 from sparkguard.evidence import load_evidence, render_markdown
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
-TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "release-gate-evidence.yaml"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "release-gate-evidence.yaml"
 CASES = ["evidence", "evidence_gate_failed"]
 
 # The release-gate evidence shape of the seed template: every key must stay in ours.

@@ -14,7 +14,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "sparkguard"
+PACKAGE = Path(__file__).resolve().parents[2] / "sparkguard"
 
 # package (relative to sparkguard/) -> module prefixes it must not import
 FORBIDDEN = {

@@ -228,8 +228,8 @@ def test_valid_plan_round_trips_through_yaml():
 
 # -- template and schema -----------------------------------------------------------------------
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "backfill-plan.yaml"
-SCHEMA = Path(__file__).resolve().parents[1] / "templates" / "backfill-plan.schema.json"
+TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "backfill-plan.yaml"
+SCHEMA = Path(__file__).resolve().parents[2] / "templates" / "backfill-plan.schema.json"
 
 
 def test_template_is_a_complete_plan_that_passes_static_checks_except_approvals(monkeypatch):

@@ -20,7 +20,7 @@ from sparkguard.plan.approvals import approval_issues, approved_content
 from sparkguard.plan.loader import approvals_path
 from tests.plan_fixtures import SEED_PLAN, plan_yaml, valid_plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
