@@ -164,8 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         nodes = selection(args.faults, args.scenarios, not args.no_bad_plans)
         with open(work / "pytest.log", "wb") as log:
             subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            "-m", "reliability", f"--junitxml={xml}", *nodes], cwd=ROOT,
-                           env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+                            "-m", "reliability", "-o", "junit_family=xunit1",
+                            f"--junitxml={xml}", *nodes], cwd=ROOT, env=env, stdout=log,
+                           stderr=subprocess.STDOUT, check=False)
     res = read_junit(xml)
     for name in res.failed + res.unrecorded:
         print(f"FAILED {name} (see {work / 'pytest.log'})", file=sys.stderr)
