@@ -203,9 +203,11 @@ def run_cases(spark: Any, base_lake: Path, work: Path) -> dict[int, list[Case]]:
     plan = write_plan(good, lambda p: p["execution"].update(slice_partitions=3))
     out.setdefault(0, []).append(("jobs/backfill.py (good plan)", job("backfill.py", "--plan", str(plan))))
     gate = copy_lake(base_lake, tmp / "gate")
-    bad = write_plan(gate, set_transform(
-        "SELECT order_id, order_date, customer_id, currency, status, quantity, amount, "
-        "line_total FROM {source} WHERE {window} AND order_id % 10 <> 0"))
+    bad = write_plan(gate, set_transform(  # the demo transform, minus a tenth of the rows
+        "SELECT order_id, order_date, customer_id, UPPER(currency) AS currency, status, "
+        "quantity, CAST(amount AS DECIMAL(12,2)) AS amount, "
+        "CAST(amount * quantity AS DECIMAL(14,2)) AS line_total FROM {source} "
+        "WHERE {window} AND order_id % 10 <> 0"))
     out.setdefault(1, []).append(("jobs/backfill.py (row count gate fails)",
                                   job("backfill.py", "--plan", str(bad))))
     locked = copy_lake(base_lake, tmp / "locked")
