@@ -20,7 +20,7 @@ from tests.system.harness.checks import (
     expected_states,
 )
 from tests.system.harness.jobs import Proc, spark_submit
-from tests.system.harness.lakes import BACKFILL_FAILPOINTS, SUBSET, Lake, make_base, new_lake
+from tests.system.harness.lakes import BACKFILL_FAILPOINTS, SUBSET, Lake, new_lake
 from tests.system.harness.scenarios import (
     SCENARIOS,
     WINDOW_MOMENTS,
@@ -56,7 +56,6 @@ __all__ = [
     "crash_backfill",
     "crash_rollback",
     "expected_states",
-    "make_base",
     "new_lake",
     "paused_after_crash",
     "second_run_mid_run",

@@ -7,10 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
-
 from sparkguard.faults import FAILPOINTS, ROLLBACK_FAILPOINTS
-from tests.lakes import build_base, copy_lake, write_plan
+from tests.lakes import copy_lake, write_plan
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -51,11 +49,6 @@ class Lake:
     @property
     def home(self) -> str:
         return str(self.root / "_sparkguard")  # the CLI's default: <plan dir>/_sparkguard
-
-
-def make_base(spark: SparkSession, root: Path) -> Path:
-    """Generate the small demo lake once; scenarios copy it."""
-    return build_base(spark, root)
 
 
 def new_lake(base: Path, dest: Path) -> Lake:
