@@ -64,8 +64,8 @@ def generate(base: Path, days: int, rows_per_day: int) -> None:
 
 def write_plan(lake: Path, days: int, slicing: int | str) -> Path:
     """The demo plan over ``days`` daily partitions from the lake's second day, approved."""
-    from sparkguard.demo import START, demo_plan
     from sparkguard.approve import record_approval
+    from sparkguard.demo import START, demo_plan
 
     window = [START + dt.timedelta(days=1 + i) for i in range(days)]
     data: Any = demo_plan(lake, window)
