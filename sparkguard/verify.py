@@ -177,7 +177,7 @@ def verify(*, home: str | None, run_id: str | None = None, evidence: str | None 
     heads_of_locks: dict[str, list[str]] = {}
     for rid in run_ids:
         ev = given if given is not None and given.run_id == rid else None
-        if ev is None and all_runs and data.evidence_paths.get(rid):
+        if ev is None and data.evidence_paths.get(rid):
             ev = _evidence_file(data.evidence_paths[rid])
             if ev is None:
                 report.findings.append(Finding(
