@@ -223,6 +223,8 @@ class Ledger:
 
     def _append(self, name: str, rows: list[tuple[Any, ...]],
                 txn: tuple[str, int] | None = None, metadata: str | None = None) -> None:
+        width = len(_WRITE_SCHEMAS[name].fields)  # rows without their hashes: unchained
+        rows = [(*r, *(None,) * (width - len(r))) for r in rows]
         if self._batch is not None and txn is None:
             self._batch.setdefault(name, []).extend(rows)
             return

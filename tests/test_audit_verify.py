@@ -92,6 +92,12 @@ def test_untouched_run_verifies_clean_in_every_mode_and_writes_nothing(
     code, lines = _verify(capsys, "--evidence", str(evidence))
     assert code == 0 and not any("seal" in x for x in lines[:-1]), lines
     assert _files(done_run) == before  # no file added, changed or removed: no Delta version
+    # the same answer through Spark (catalog tables, schemes delta-rs cannot open)
+    monkeypatch.setenv("SPARKGUARD_READER", "spark")
+    code, through_spark = _verify(capsys, "--evidence", str(evidence))
+    assert code == 0 and through_spark[:-1] == lines[:-1], through_spark
+    assert "(spark)" in through_spark[-1] and "(delta-rs)" in lines[-1]
+    assert _files(done_run) == before
 
 
 def test_audit_section_records_heads_commits_and_the_ledger_record(done_run: Path) -> None:
