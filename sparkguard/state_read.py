@@ -57,6 +57,7 @@ TABLES = {"runs": "ledger/runs", "slices": "ledger/slices", "locks": "ledger/loc
 _JSON_COLUMNS = {"runs": ("details",), "slices": ("gates",), "locks": (), "evidence": ("leaves",),
                  "publish": ()}
 T = TypeVar("T")
+_HASH_COLUMNS = ("event_hash", "prev_hash")
 
 
 class FastReadUnavailable(SparkguardError):
@@ -171,16 +172,18 @@ class DeltaRsReader:
         self._tables[name] = table
         return table
 
-    def _query(self, name: str, where: str = "", *, latest_by: str = "", order: str = "at"
-               ) -> list[dict[str, Any]]:
+    def _query(self, name: str, where: str = "", *, latest_by: str = "", order: str = "at",
+               hashes: bool = False) -> list[dict[str, Any]]:
         """Rows of one table as PySpark would return them (``where``: a SQL condition;
-        ``latest_by``: keep only the newest row per these key columns)."""
+        ``latest_by``: keep only the newest row per these key columns; ``hashes``: with the
+        audit hash columns, which only a verifier needs)."""
         table = self._table(name)
         if table is None:
             return []
         from deltalake import QueryBuilder
 
-        fields = [(f.name, str(f.type)) for f in table.schema().fields]
+        fields = [(f.name, str(f.type)) for f in table.schema().fields
+                  if hashes or f.name not in _HASH_COLUMNS]
         cols = [f'"{n}"' for n, _ in fields]
         select = ", ".join(f"arrow_cast({c}, 'Int64') AS {c}" if "timestamp" in t.lower() else c
                            for c, (_, t) in zip(cols, fields, strict=True))
@@ -237,7 +240,7 @@ class DeltaRsReader:
              values: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Every row of one of sparkguard's tables (where ``column`` is one of ``values``)."""
         return self._query(name, _in(column, values) if column else "",
-                           order="generation, at" if name == "locks" else "at")
+                           order="generation, at" if name == "locks" else "at", hashes=True)
 
     def table_location(self, name: str) -> str:
         return self._location(name)
