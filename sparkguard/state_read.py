@@ -208,11 +208,11 @@ class DeltaRsReader:
 
     def run_events(self, run_id: str) -> list[dict[str, Any]]:
         """One run's events, oldest first."""
-        return self._query("runs", f"run_id = {_sql_str(run_id)}")
+        return self._query("runs", f"run_id = {_sql_str(run_id)}", hashes=True)
 
     def slice_events(self, run_id: str) -> list[dict[str, Any]]:
         """One run's slice events, oldest first."""
-        return self._query("slices", f"run_id = {_sql_str(run_id)}")
+        return self._query("slices", f"run_id = {_sql_str(run_id)}", hashes=True)
 
     def latest_runs(self, limit: int = 20) -> list[RunProgress]:
         """The ``limit`` most recently started runs, newest first."""
@@ -226,7 +226,7 @@ class DeltaRsReader:
 
     def lock_holders(self, targets: Sequence[str] | None = None) -> dict[str, LockInfo]:
         """Newest lock event of each target (every target when ``targets`` is None)."""
-        rows = self._query("locks", _in("target", targets), order="target")
+        rows = self._query("locks", _in("target", targets), order="target", hashes=True)
         return lock_holders(_newest(rows, ("target",), ("generation", "at")))
 
     def publish_statuses(self, targets: Sequence[str] | None = None
