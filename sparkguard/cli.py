@@ -304,6 +304,17 @@ def _cmd_plan_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from sparkguard.verify import verify
+
+    home = args.home or (None if args.evidence else _home(args))
+    report = verify(home=home, run_id=args.run_id, evidence=args.evidence, all_runs=args.all,
+                    spark=_session)
+    for line in report.lines():
+        print(line)
+    return report.exit_code
+
+
 def _cmd_faults(args: argparse.Namespace) -> int:
     from sparkguard.faults import FAILPOINTS
 
@@ -403,6 +414,17 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("-o", "--output", metavar="PLAN", help="write here (never overwrites); "
                     "default: print")
     ps.set_defaults(func=_cmd_plan_init)
+
+    p = sub.add_parser("verify", help="prove a run's ledger events, evidence and commits were "
+                       "not edited afterwards (reads only)",
+                       epilog="exit codes: 0 intact; 1 tampering found; 2 usage error")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run-id", help="one run of the ledger at --home")
+    which.add_argument("--evidence", metavar="FILE", help="an evidence YAML (its home is the "
+                       "one it records unless --home)")
+    which.add_argument("--all", action="store_true", help="every run of the ledger at --home")
+    common(p)
+    p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("faults", help="list the failpoints (testing aid)")
     p.set_defaults(func=_cmd_faults)

@@ -211,15 +211,18 @@ _LITERAL_ROWS = 64  # above this, a batch goes through createDataFrame (one Pyth
 
 def append_rows(spark: SparkSession, path: str, schema: StructType,
                 rows: Sequence[Sequence[Any]], txn: tuple[str, int] | None = None,
-                metadata: str | None = None) -> None:
+                metadata: str | None = None, merge_schema: bool = False) -> None:
     """Append ``rows`` in one commit (bounded retry on conflicts). With ``txn``, Delta skips
     the write when that txnAppId already committed that txnVersion or a later one;
-    ``metadata`` becomes the commit's userMetadata."""
+    ``metadata`` becomes the commit's userMetadata; ``merge_schema`` adds the schema's new
+    columns to an older table."""
     frame = (literal_frame(spark, schema, rows) if len(rows) <= _LITERAL_ROWS
              else spark.createDataFrame([tuple(r) for r in rows], schema).coalesce(1))
     writer = frame.write.format("delta").mode("append")
     if metadata is not None:
         writer = writer.option("userMetadata", metadata)
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
     if txn is not None:
         writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
     def save() -> None:

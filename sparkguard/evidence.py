@@ -152,9 +152,11 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_evidence(run: RunReport, outcome: str, error: str | None = None) -> str:
+def write_evidence(run: RunReport, outcome: str, error: str | None = None,
+                   audit: dict[str, Any] | None = None) -> str:
     """Write ``<evidence_dir>/<run_id>.yaml``, ``.md`` and (with matplotlib) ``.png``; return the
-    YAML path."""
+    YAML path. ``audit`` (chain heads and commits, see :func:`attach_audit_section`) adds the
+    audit section, its content hash and, with ``SPARKGUARD_AUDIT_KEY`` set, its seal."""
     from sparkguard.chart import write_chart
 
     data = build_evidence(run, outcome, error)
@@ -168,10 +170,20 @@ def write_evidence(run: RunReport, outcome: str, error: str | None = None) -> st
         data["sparkguard"]["chart_error"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         tmp.unlink(missing_ok=True)
+    if audit is not None:
+        attach_audit_section(data, audit)
     yaml_path = base.with_suffix(".yaml")
     _atomic_write(yaml_path, _dump(data))
     _atomic_write(base.with_suffix(".md"), render_markdown(data))
     return str(yaml_path)
+
+
+def attach_audit_section(data: dict[str, Any], facts: dict[str, Any]) -> None:
+    """Add the ``audit`` section (last, after everything it hashes) to evidence in place."""
+    from sparkguard.audit_trail import attach_audit, audit_key
+
+    attach_audit(data, home=facts["home"], chains=facts["chains"], commits=facts["commits"],
+                 key=audit_key(), commits_error=facts.get("commits_error"))
 
 
 class EvidenceError(SparkguardError):

@@ -46,6 +46,7 @@ from sparkguard.ledger_model import (  # the pure side, re-exported (no pyspark 
     PlanHistory,
     RunProgress,
     TargetProgress,
+    chained_hash,
     decode_row,
     lock_decision,
     lock_holders,
@@ -111,6 +112,24 @@ _LOCK_SCHEMA = T.StructType([
     T.StructField("token", T.StringType(), False),
 ])
 _SCHEMAS = {"runs": _RUN_SCHEMA, "slices": _SLICE_SCHEMA, "locks": _LOCK_SCHEMA}
+# Every event the ledger writes ends with its audit hashes (sparkguard/audit.py): the hash of its
+# content and of the previous event of its chain (the run's; for lock events the target's).
+# Tables created before auditing gain the columns by schema evolution on the next append; their
+# old rows read with nulls there ("unchained").
+_HASH_COLUMNS = [T.StructField("event_hash", T.StringType(), True),
+                 T.StructField("prev_hash", T.StringType(), True)]
+# One row per evidence file written: its content hash, seal and leaf hashes (so a verifier
+# names the edited field). Created on the first evidence write, not by ensure().
+_EVIDENCE_SCHEMA = T.StructType([
+    T.StructField("run_id", T.StringType(), False),
+    T.StructField("at", T.TimestampType(), False),
+    T.StructField("path", T.StringType(), True),
+    T.StructField("content_hash", T.StringType(), False),
+    T.StructField("seal", T.StringType(), True),
+    T.StructField("leaves", T.StringType(), True),
+])
+_WRITE_SCHEMAS = {n: T.StructType([*s.fields, *_HASH_COLUMNS])
+                  for n, s in {**_SCHEMAS, "evidence": _EVIDENCE_SCHEMA}.items()}
 # Reads bring to the driver only results bounded by construction (one run's events, the latest
 # row per key); past this many rows a read fails loudly instead of dropping rows.
 _MAX_ROWS = 20000
@@ -154,12 +173,14 @@ class Ledger:
     def __init__(self, spark: SparkSession, home: str) -> None:
         self.spark = spark
         self.home = home.rstrip("/")
-        self.refs = {n: TableRef(path=f"{self.home}/ledger/{n}") for n in _SCHEMAS}
+        self.refs = {n: TableRef(path=f"{self.home}/ledger/{n}") for n in _WRITE_SCHEMAS}
         self.token = uuid.uuid4().hex
         self.host = socket.gethostname()
         self._held: dict[str, int] = {}  # target -> generation of our acquire event
         self._empty: set[str] = set()  # tables created empty by this instance, not yet written
         self._batch: dict[str, list[tuple[Any, ...]]] | None = None  # see batched()
+        # audit chain heads known in memory: (table, run id or target) -> newest event hash
+        self._heads: dict[tuple[str, str], str | None] = {}
 
     @property
     def runs_ref(self) -> TableRef:
@@ -194,20 +215,27 @@ class Ledger:
 
         A table this call created is known to be empty, so reading it is skipped.
         """
-        for name, schema in _SCHEMAS.items():
+        for name in _SCHEMAS:
             if not self._exists(name):
-                if create_log_table(self.spark, self._path(name), schema):
+                if create_log_table(self.spark, self._path(name), _WRITE_SCHEMAS[name]):
                     self._empty.add(name)
                 _known_tables.add(self._path(name))
 
     def _append(self, name: str, rows: list[tuple[Any, ...]],
                 txn: tuple[str, int] | None = None, metadata: str | None = None) -> None:
+        width = len(_WRITE_SCHEMAS[name].fields)  # rows without their hashes: unchained
+        rows = [(*r, *(None,) * (width - len(r))) for r in rows]
         if self._batch is not None and txn is None:
             self._batch.setdefault(name, []).extend(rows)
             return
         if not self._exists(name):
-            self.ensure()
-        append_rows(self.spark, self._path(name), _SCHEMAS[name], rows, txn, metadata)
+            if name in _SCHEMAS:
+                self.ensure()
+            else:
+                create_log_table(self.spark, self._path(name), _WRITE_SCHEMAS[name])
+                _known_tables.add(self._path(name))
+        append_rows(self.spark, self._path(name), _WRITE_SCHEMAS[name], rows, txn, metadata,
+                    merge_schema=True)
         self._empty.discard(name)
 
     @contextmanager
@@ -258,6 +286,53 @@ class Ledger:
         return df.groupBy(*keys).agg(newest.alias("_row")).select(
             *[F.col("_row")[c].alias(c) for c in cols])
 
+    # -- audit chains -----------------------------------------------------------------------
+
+    def _chained(self, name: str, key: str, row: tuple[Any, ...],
+                 prev: str | None = None, *, known: bool = False) -> tuple[Any, ...]:
+        """``row`` with its ``event_hash`` and ``prev_hash``, continuing chain ``(name, key)``
+        (``known``: ``prev`` is the head, else the head in memory or read once)."""
+        if not known:
+            prev = self._head(name, key)
+        names = [f.name for f in _WRITE_SCHEMAS[name].fields][:len(row)]
+        h = chained_hash(name, dict(zip(names, row, strict=True)), prev, raw_json=True)
+        self._heads[(name, key)] = h
+        return (*row, h, prev)
+
+    def _head(self, name: str, run_id: str) -> str | None:
+        """The newest event hash of a run's chain in table ``name``: from memory, else one
+        bounded read (the run's newest row; a run seen by load/run_events is in memory)."""
+        if (name, run_id) in self._heads:
+            return self._heads[(name, run_id)]
+        df = self._read(name)
+        head = None
+        if df is not None and "event_hash" in df.columns:
+            row = (df.filter(F.col("run_id") == run_id)
+                   .agg(F.max_by("event_hash", "at").alias("h")).first())
+            head = row["h"] if row is not None else None
+        self._heads[(name, run_id)] = head
+        return head
+
+    def _seed(self, name: str, events: Sequence[dict[str, Any]]) -> None:
+        """Remember the chain heads of runs whose events were just read (oldest first)."""
+        newest: dict[str, str | None] = {}
+        for e in events:
+            newest[e["run_id"]] = e.get("event_hash") or newest.get(e["run_id"])
+        for run_id, h in newest.items():
+            self._heads.setdefault((name, run_id), h)
+
+    def chain_heads(self, run_id: str, targets: Sequence[str]) -> dict[str, Any]:
+        """The heads of a run's chains as this instance wrote them (for its evidence)."""
+        return {"runs": self._heads.get(("runs", run_id)),
+                "slices": self._heads.get(("slices", run_id)),
+                "locks": {t: self._heads.get(("locks", t)) for t in sorted(set(targets))}}
+
+    def record_evidence(self, run_id: str, path: str, content_hash: str, seal: str | None,
+                        leaves: dict[str, str]) -> None:
+        """Append the audit record of one evidence file (chained per run)."""
+        row = (run_id, _now(), path, content_hash, seal, json.dumps(leaves, sort_keys=True))
+        self._append("evidence", [self._chained("evidence", run_id, row)], txn=None)
+
     # -- runs and slices --------------------------------------------------------------------
 
     def record_run(self, run_id: str, state: str, *, fingerprint: str,
@@ -268,9 +343,12 @@ class Ledger:
         """Append one run event."""
         if state not in RUN_STATES:
             raise ValueError(f"unknown run state {state!r}; one of {sorted(RUN_STATES)}")
-        self._append("runs", [(
-            run_id, _now(), state, target, plan_name, fingerprint, owner, source_version,
-            version_read, version_written, elapsed_s, _json(details))])
+        if state == "started":  # a new run: its chains start here, nothing to read
+            for name in ("runs", "slices", "evidence"):
+                self._heads.setdefault((name, run_id), None)
+        row = (run_id, _now(), state, target, plan_name, fingerprint, owner, source_version,
+               version_read, version_written, elapsed_s, _json(details))
+        self._append("runs", [self._chained("runs", run_id, row)])
 
     def record_slice(self, run_id: str, fingerprint: str, target: str, slice_id: int,
                      partitions: list[str], state: str, source_version: int | None, *,
@@ -278,10 +356,11 @@ class Ledger:
                      elapsed_s: float | None = None,
                      gates: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Append one slice event; returns it as :meth:`load` would."""
-        row = (run_id, _now(), fingerprint, target, slice_id, json.dumps(partitions), state,
-               source_version, rows, content_hash, elapsed_s, _json(gates or []))
+        row = self._chained("slices", run_id, (
+            run_id, _now(), fingerprint, target, slice_id, json.dumps(partitions), state,
+            source_version, rows, content_hash, elapsed_s, _json(gates or [])))
         self._append("slices", [row])
-        return _decode(dict(zip(_SLICE_SCHEMA.names, row, strict=True)), "gates")
+        return _decode(dict(zip(_WRITE_SCHEMAS["slices"].names, row, strict=True)), "gates")
 
     def load(self, fingerprint: str) -> PlanHistory:
         """What a starting run needs of one plan fingerprint, in two bounded reads.
@@ -308,13 +387,21 @@ class Ledger:
             mine = slices.filter(F.col("plan_fingerprint") == fingerprint)
             hist.slices = self._collect(
                 self._latest(mine, ["target", "partitions", "source_version"], "at"), "gates")
+        # chain heads of these runs: a run's newest slice event is the newest of its slice
+        for events in hist.runs.values():
+            self._seed("runs", events)
+        self._seed("slices", hist.slices)
+        for run_id in hist.runs:
+            self._heads.setdefault(("slices", run_id), None)
         return hist
 
     def run_events(self, run_id: str) -> list[dict[str, Any]]:
         """One run's events, oldest first."""
         df = self._read("runs")
-        return self._collect(None if df is None else df.filter(F.col("run_id") == run_id),
-                             "details")
+        events = self._collect(None if df is None else df.filter(F.col("run_id") == run_id),
+                               "details")
+        self._seed("runs", events)
+        return events
 
     def slice_events(self, run_id: str) -> list[dict[str, Any]]:
         """One run's slice events, oldest first."""
@@ -371,9 +458,10 @@ class Ledger:
         return {r: run_progress(ev) for r, ev in by_run.items()}
 
     def _lock_event(self, target: str, generation: int, action: str, run_id: str,
-                    owner: str | None) -> None:
-        row = (target, generation, action, run_id, owner, _now(), self.host, os.getpid(),
-               self.token)
+                    owner: str | None, prev: str | None) -> None:
+        row = self._chained("locks", target, (target, generation, action, run_id, owner, _now(),
+                                              self.host, os.getpid(), self.token),
+                            prev, known=True)
         try:
             self._append("locks", [row], txn=(self._lock_app_id(target), generation),
                          metadata=self._lock_tag(target, generation))
@@ -428,7 +516,7 @@ class Ledger:
                 continue
             gen = (holder.generation if holder else 0) + 1
             self._lock_event(t, gen, "acquire" if what in ("free", "finished") else what, run_id,
-                             owner)
+                             owner, holder.event_hash if holder else None)
             written[t] = gen
         if written:
             won = self._committed(written)
@@ -446,7 +534,8 @@ class Ledger:
 
     def release_finished(self, target: str, holder: LockInfo) -> None:
         """Release a lock left by a run that ended without releasing it (died just before)."""
-        self._lock_event(target, holder.generation + 1, "release", holder.run_id, None)
+        self._lock_event(target, holder.generation + 1, "release", holder.run_id, None,
+                         holder.event_hash)
 
     def release(self, targets: Sequence[str], run_id: str) -> None:
         """Release this process's locks on ``targets`` (targets it does not hold are skipped).
@@ -457,4 +546,5 @@ class Ledger:
         for t in sorted(set(targets)):
             gen = self._held.pop(t, None)
             if gen is not None:
-                self._lock_event(t, gen + 1, "release", run_id, None)
+                self._lock_event(t, gen + 1, "release", run_id, None,
+                                 self._heads.get(("locks", t)))

@@ -15,7 +15,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkguard import audit
+
 __all__ = [
+    "CHAIN_ORDER",
     "RUN_STATES",
     "TARGET_EVENTS",
     "TERMINAL_STATES",
@@ -23,6 +26,8 @@ __all__ = [
     "PlanHistory",
     "RunProgress",
     "TargetProgress",
+    "audit_body",
+    "chained_hash",
     "decode_row",
     "lock_decision",
     "lock_holders",
@@ -58,6 +63,37 @@ TERMINAL_STATES = frozenset({"dry_run_passed", "done", "gate_failed", "abandoned
 TARGET_EVENTS = frozenset({"reconciled", "target_moved", "promoting", "promoted", "verified",
                            "restored"})
 
+
+
+# Audit chains (see sparkguard/audit.py): the JSON columns of each ledger table, hashed decoded,
+# and the column that orders a chain's events as written. Runs, slices and evidence rows chain
+# per run; lock events chain per target.
+AUDIT_JSON: dict[str, tuple[str, ...]] = {"runs": ("details",), "slices": ("gates",),
+                                         "locks": (), "evidence": ("leaves",)}
+CHAIN_ORDER = {"runs": "at", "slices": "at", "locks": "generation", "evidence": "at"}
+
+
+def audit_body(table: str, row: dict[str, Any], *, raw_json: bool = False) -> dict[str, Any]:
+    """A ledger row as its event hash covers it: hash fields aside, timestamps as the instant
+    stored (naive values are local time, as PySpark writes and reads them, so a verifier in
+    another time zone hashes the same instant), JSON columns decoded (``raw_json``: the row
+    holds them as the JSON text written)."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if k in audit.HASH_FIELDS:
+            continue
+        if isinstance(v, dt.datetime):
+            v = v.astimezone(dt.UTC)
+        elif raw_json and k in AUDIT_JSON.get(table, ()) and isinstance(v, str):
+            v = decode_row({k: v}, k)[k]
+        out[k] = v
+    return out
+
+
+def chained_hash(table: str, row: dict[str, Any], prev: str | None, *,
+                 raw_json: bool = False) -> str:
+    """The ``event_hash`` of a ledger row whose chain's previous event hash is ``prev``."""
+    return audit.event_hash(table, audit_body(table, row, raw_json=raw_json), prev)
 
 
 def decode_row(row: dict[str, Any], *fields: str) -> dict[str, Any]:
@@ -232,6 +268,7 @@ class LockInfo:
     host: str | None
     pid: int | None
     token: str
+    event_hash: str | None = None  # None: written before audit hashing
 
     @property
     def held(self) -> bool:
@@ -248,7 +285,8 @@ def lock_holders(rows: Iterable[dict[str, Any]]) -> dict[str, LockInfo]:
     for r in rows:
         info = LockInfo(target=r["target"], generation=int(r["generation"]), action=r["action"],
                         run_id=r["run_id"], owner=r.get("owner"), at=r["at"], host=r.get("host"),
-                        pid=r.get("pid"), token=r["token"])
+                        pid=r.get("pid"), token=r["token"],
+                        event_hash=r.get("event_hash"))
         cur = out.get(info.target)
         if cur is None or (info.generation, info.at) > (cur.generation, cur.at):
             out[info.target] = info

@@ -195,7 +195,7 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
     send_all(list(notifiers) if notifiers is not None else notifiers_from_env(), "rolled_back",
              prog.recipients, {"run_id": run_id, "plan": prog.plan_name, "targets": {
                  p.dataset: p.rollback_version for p in [*todo, *done]}})
-    _record_in_evidence(prog, results, actor, force, out)
+    _record_in_evidence(prog, results, actor, force, out, ledger)
     return [*todo, *done]
 
 
@@ -257,7 +257,8 @@ def _user() -> str:
 
 
 def _record_in_evidence(prog: RunProgress, results: list[dict[str, Any]], actor: str,
-                        force: bool, out: Callable[[str], None]) -> None:
+                        force: bool, out: Callable[[str], None],
+                        ledger: Ledger | None = None) -> None:
     """Add the rollback to the run's evidence (``sparkguard.rollbacks``) and re-render the
     Markdown beside it."""
     if not prog.evidence_path or not Path(prog.evidence_path).exists():
@@ -270,9 +271,28 @@ def _record_in_evidence(prog: RunProgress, results: list[dict[str, Any]], actor:
     rg = data.get("release_gate_evidence") or {}
     if isinstance(rg.get("decision"), dict):
         rg["decision"]["ready_to_ship"] = False
+    audited = ledger if isinstance(data.get("audit"), dict) else None
+    if audited is not None:
+        _reseal(data, prog.run_id, audited)
     _atomic_write(path, yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True))
+    if audited is not None:
+        from sparkguard.run.finish import record_evidence_audit
+
+        record_evidence_audit(audited, prog.run_id, str(path))
     _atomic_write(path.with_suffix(".md"), render_markdown(data))
     out(f"rollback recorded in the evidence: {path}")
+
+
+def _reseal(data: dict[str, Any], run_id: str, ledger: Ledger) -> None:
+    """The audit section again after the rollback's edit: the run chain's new head, the rest as
+    recorded (the rollback's restores show as later commits on the targets)."""
+    from sparkguard.audit_trail import attach_audit, audit_key
+
+    old = data.pop("audit")
+    chains = dict(old.get("chains") or {})
+    chains["runs"] = ledger.chain_heads(run_id, [])["runs"] or chains.get("runs")
+    attach_audit(data, home=old.get("ledger_home") or ledger.home, chains=chains,
+                 commits=old.get("commits") or [], key=audit_key())
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -53,9 +53,11 @@ READER_ENV = "SPARKGUARD_READER"  # auto (default) | delta-rs | spark
 # URI schemes the deltalake wheels open (object_store); anything else goes to Spark.
 DELTA_RS_SCHEMES = frozenset({"file", "s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "azure"})
 TABLES = {"runs": "ledger/runs", "slices": "ledger/slices", "locks": "ledger/locks",
-          "publish": "control/publish"}
-_JSON_COLUMNS = {"runs": ("details",), "slices": ("gates",), "locks": (), "publish": ()}
+          "evidence": "ledger/evidence", "publish": "control/publish"}
+_JSON_COLUMNS = {"runs": ("details",), "slices": ("gates",), "locks": (), "evidence": ("leaves",),
+                 "publish": ()}
 T = TypeVar("T")
+_HASH_COLUMNS = ("event_hash", "prev_hash")
 
 
 class FastReadUnavailable(SparkguardError):
@@ -75,6 +77,10 @@ class StateReader(Protocol):
     def lock_holders(self, targets: Sequence[str]) -> dict[str, LockInfo]: ...
     def publish_statuses(self, targets: Sequence[str] | None = None
                          ) -> dict[str, PublishStatus]: ...
+    def rows(self, name: str, column: str | None = None,
+             values: Sequence[str] | None = None) -> list[dict[str, Any]]: ...
+    def history(self, dataset: str) -> list[dict[str, Any]] | None: ...
+    def table_location(self, name: str) -> str: ...
 
     @property
     def control_path(self) -> str: ...
@@ -166,16 +172,18 @@ class DeltaRsReader:
         self._tables[name] = table
         return table
 
-    def _query(self, name: str, where: str = "", *, latest_by: str = "", order: str = "at"
-               ) -> list[dict[str, Any]]:
+    def _query(self, name: str, where: str = "", *, latest_by: str = "", order: str = "at",
+               hashes: bool = False) -> list[dict[str, Any]]:
         """Rows of one table as PySpark would return them (``where``: a SQL condition;
-        ``latest_by``: keep only the newest row per these key columns)."""
+        ``latest_by``: keep only the newest row per these key columns; ``hashes``: with the
+        audit hash columns, which only a verifier needs)."""
         table = self._table(name)
         if table is None:
             return []
         from deltalake import QueryBuilder
 
-        fields = [(f.name, str(f.type)) for f in table.schema().fields]
+        fields = [(f.name, str(f.type)) for f in table.schema().fields
+                  if hashes or f.name not in _HASH_COLUMNS]
         cols = [f'"{n}"' for n, _ in fields]
         select = ", ".join(f"arrow_cast({c}, 'Int64') AS {c}" if "timestamp" in t.lower() else c
                            for c, (_, t) in zip(cols, fields, strict=True))
@@ -200,11 +208,11 @@ class DeltaRsReader:
 
     def run_events(self, run_id: str) -> list[dict[str, Any]]:
         """One run's events, oldest first."""
-        return self._query("runs", f"run_id = {_sql_str(run_id)}")
+        return self._query("runs", f"run_id = {_sql_str(run_id)}", hashes=True)
 
     def slice_events(self, run_id: str) -> list[dict[str, Any]]:
         """One run's slice events, oldest first."""
-        return self._query("slices", f"run_id = {_sql_str(run_id)}")
+        return self._query("slices", f"run_id = {_sql_str(run_id)}", hashes=True)
 
     def latest_runs(self, limit: int = 20) -> list[RunProgress]:
         """The ``limit`` most recently started runs, newest first."""
@@ -218,7 +226,7 @@ class DeltaRsReader:
 
     def lock_holders(self, targets: Sequence[str] | None = None) -> dict[str, LockInfo]:
         """Newest lock event of each target (every target when ``targets`` is None)."""
-        rows = self._query("locks", _in("target", targets), order="target")
+        rows = self._query("locks", _in("target", targets), order="target", hashes=True)
         return lock_holders(_newest(rows, ("target",), ("generation", "at")))
 
     def publish_statuses(self, targets: Sequence[str] | None = None
@@ -227,6 +235,37 @@ class DeltaRsReader:
         latest = self._query("publish", _in("target", targets), latest_by='"target", "hold"',
                              order="target")
         return fold_publish_statuses(latest, targets)
+
+    def rows(self, name: str, column: str | None = None,
+             values: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Every row of one of sparkguard's tables (where ``column`` is one of ``values``)."""
+        return self._query(name, _in(column, values) if column else "",
+                           order="generation, at" if name == "locks" else "at", hashes=True)
+
+    def table_location(self, name: str) -> str:
+        return self._location(name)
+
+    def history(self, dataset: str) -> list[dict[str, Any]] | None:
+        """A path table's commits, oldest first (version, timestamp in ms since the epoch,
+        operation, operationParameters, userMetadata); None when there is no table there.
+        Raises :class:`FastReadUnavailable` for a catalog name (Spark reads it)."""
+        if not (dataset.startswith(("/", "./", "../")) or "://" in dataset):
+            raise FastReadUnavailable(f"{dataset} is a catalog table; delta-rs reads paths only")
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        if "://" not in dataset and not os.path.isdir(os.path.join(dataset, "_delta_log")):
+            return None
+        try:
+            commits = DeltaTable(dataset, storage_options=self.storage_options or None).history()
+        except TableNotFoundError:
+            return None
+        except Exception as exc:
+            raise FastReadUnavailable(f"delta-rs cannot read the history of {dataset}: "
+                                      f"{_first_line(exc)}") from exc
+        return sorted(({k: c.get(k) for k in ("version", "timestamp", "operation",
+                                               "operationParameters", "userMetadata")}
+                       for c in commits), key=lambda c: c["version"])
 
 
 def _in(column: str, values: Sequence[str] | None) -> str:
@@ -287,6 +326,44 @@ class SparkReader:
     def publish_statuses(self, targets: Sequence[str] | None = None
                          ) -> dict[str, PublishStatus]:
         return self.publish.statuses(targets)
+
+    def table_location(self, name: str) -> str:
+        return f"{self.home}/{TABLES[name]}"
+
+    def rows(self, name: str, column: str | None = None,
+             values: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Every row of one of sparkguard's tables (where ``column`` is one of ``values``):
+        what a verifier asked for, bounded by its own question."""
+        from sparkguard import delta_ops
+
+        spark = self.ledger.spark
+        path = self.table_location(name)
+        if not delta_ops.delta_log_exists(spark, path):
+            return []
+        df = spark.read.format("delta").load(path)
+        if column:
+            df = df.filter(df[column].isin(list(values or [])))
+        rows = [decode_row(r.asDict(), *_JSON_COLUMNS[name]) for r in df.toLocalIterator()]
+        order = ("generation", "at") if name == "locks" else ("at",)
+        return sorted(rows, key=lambda r: tuple(r[c] for c in order))
+
+    def history(self, dataset: str) -> list[dict[str, Any]] | None:
+        """A table's commits, oldest first, as :meth:`DeltaRsReader.history` returns them."""
+        from sparkguard import delta_ops
+        from sparkguard.sql import TableRef
+
+        spark = self.ledger.spark
+        ref = TableRef.parse(dataset)
+        if ref.path is not None and not delta_ops.delta_log_exists(spark, ref.path):
+            return None
+        out = []
+        for r in delta_ops.history(spark, ref).toLocalIterator():
+            ts = r["timestamp"]
+            out.append({"version": int(r["version"]), "operation": r["operation"],
+                        "timestamp": round(ts.astimezone(dt.UTC).timestamp() * 1000),
+                        "operationParameters": dict(r["operationParameters"] or {}),
+                        "userMetadata": r["userMetadata"]})
+        return sorted(out, key=lambda c: c["version"])
 
 
 # -- choosing ---------------------------------------------------------------------------------

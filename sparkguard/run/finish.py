@@ -3,21 +3,39 @@
 from __future__ import annotations
 
 from sparkguard import faults
-from sparkguard.evidence import write_evidence
+from sparkguard.audit_trail import evidence_digest
+from sparkguard.evidence import load_evidence, write_evidence
+from sparkguard.ledger import Ledger
+from sparkguard.run.audit_facts import audit_facts
 from sparkguard.run.context import RunContext, RunState, notify, record
 from sparkguard.run.data import job
 from sparkguard.run.report import report_of
 from sparkguard.run.stages import DryRunStop, Evidence, Resume
 
-__all__ = ["release_locks", "visit_dry_run_stop", "visit_evidence", "visit_resume",
+__all__ = ["record_evidence_audit", "release_locks", "visit_dry_run_stop", "visit_evidence", "visit_resume",
            "write_run_evidence"]
 
 
 def write_run_evidence(ctx: RunContext, state: RunState, outcome: str,
                        error: str | None = None) -> str:
-    path = write_evidence(report_of(ctx, state), outcome, error)
+    try:
+        facts = audit_facts(ctx, state)
+    except Exception as exc:  # a target's history unreadable: the evidence must still be written
+        facts = {"home": ctx.home, "commits": [], "commits_error": f"{type(exc).__name__}: "
+                 f"{exc}"[:300], "chains": ctx.ledger.chain_heads(
+                     state.run_id, [st.ref.display for st in state.targets.values()])}
+    path = write_evidence(report_of(ctx, state), outcome, error, audit=facts)
+    record_evidence_audit(ctx.ledger, state.run_id, path)
     ctx.say(f"evidence written to {path}")
     return path
+
+
+def record_evidence_audit(ledger: Ledger, run_id: str, path: str) -> None:
+    """Record the evidence file's content hash, seal and leaf hashes in the ledger (hashed as
+    read back from the file, what a verifier will read)."""
+    data = load_evidence(path)
+    leaves, root = evidence_digest(data)
+    ledger.record_evidence(run_id, path, root, (data.get("audit") or {}).get("seal"), leaves)
 
 
 def visit_evidence(stage: Evidence, ctx: RunContext, state: RunState) -> None:

@@ -164,6 +164,12 @@ def rollback_2_pure(tmp: Path) -> list[Case]:
                                               str(tmp / "none.yaml")]))]
 
 
+def verify_2_pure(tmp: Path) -> list[Case]:
+    return [("verify (no mode)", main(["verify", "--home", str(tmp)])),
+            ("verify --evidence missing", main(["verify", "--evidence", str(tmp / "none.yaml")])),
+            ("verify --run-id (unknown)", main(["verify", "--run-id", "x", "--home", str(tmp)]))]
+
+
 PURE: dict[tuple[str, int], list[Callable[[Path], list[Case]]]] = {
     ("any", 2): [any_2],
     ("guard", 0): [guard_0],
@@ -180,6 +186,7 @@ PURE: dict[tuple[str, int], list[Callable[[Path], list[Case]]]] = {
     ("run", 0): [run_0_explain],
     ("run", 2): [run_2_unapproved],
     ("rollback", 2): [rollback_2_pure],
+    ("verify", 2): [verify_2_pure],
 }
 
 
@@ -254,7 +261,18 @@ def read_cases(promoted: tuple[Path, str]) -> dict[tuple[str, int], list[Case]]:
         ("plan init", 0): [("plan init", main([
             "plan", "init", "--source", str(root / "source" / "orders"), "--target", target,
             "--start", "2026-05-04", "--end", "2026-05-06", "-o", str(draft)]))],
+        ("verify", 0): [("verify --run-id", main(["verify", "--run-id", run_id, "--home", home]))],
+        ("verify", 1): [("verify --evidence (owner edited)", main([
+            "verify", "--evidence", str(_edited_evidence(root, run_id)), "--home", home]))],
     }
+
+
+def _edited_evidence(root: Path, run_id: str) -> Path:
+    """A copy of the run's evidence with one value changed."""
+    text = (root / "evidence" / f"{run_id}.yaml").read_text(encoding="utf-8")
+    edited = root / "edited-evidence.yaml"
+    edited.write_text(text.replace("owner: ", "owner: x", 1), encoding="utf-8")
+    return edited
 
 
 @pytest.fixture(scope="module")
@@ -308,7 +326,7 @@ def _spark_cases(request: pytest.FixtureRequest, cmd: str, code: int) -> list[Ca
 
 SPARK_ROWS = {("run", 0), ("run", 1), ("run", 2), ("run", 3), ("rollback", 0), ("rollback", 1),
               ("rollback", 2), ("rollback", 3), ("status", 0), ("status", 2), ("report", 0),
-              ("publish", 0), ("plan init", 0)}
+              ("publish", 0), ("plan init", 0), ("verify", 0), ("verify", 1)}
 ROWS = documented()
 
 

@@ -1,0 +1,269 @@
+"""Tamper evidence end to end on real Delta tables: a run's ledger chains, evidence hash, seal
+and recorded commits verify clean; each kind of tampering is found by ``sparkguard verify``
+(exit 1, one line per finding naming what changed); ``verify`` writes nothing."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from delta.tables import DeltaTable
+
+from sparkguard.audit import AUDIT_KEY_ENV
+from sparkguard.cli import main
+from sparkguard.delta_ops import append_rows, create_log_table
+from sparkguard.evidence import load_evidence
+from sparkguard.ledger import _SCHEMAS, Ledger
+from tests.lakes import copy_lake, write_plan
+
+pytestmark = pytest.mark.spark
+
+KEY = "test-audit-key"
+
+
+def _run(root: Path) -> Path:
+    plan = write_plan(root)
+    assert main(["run", "--plan", str(plan), "--home", str(root / "_sg"),
+                 "--evidence-dir", str(root / "evidence")]) == 0
+    (evidence,) = sorted((root / "evidence").glob("*.yaml"))
+    return evidence
+
+
+def _verify(capsys: Any, *args: str) -> tuple[int, list[str]]:
+    capsys.readouterr()
+    code = main(["verify", *args])
+    out = capsys.readouterr()
+    return code, out.out.splitlines() + out.err.splitlines()
+
+
+def _tampers(lines: list[str]) -> list[str]:
+    return [x for x in lines if x.startswith("TAMPER ")]
+
+
+@pytest.fixture(scope="module")
+def done_run(spark: Any, base_lake: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One promoted run, sealed with ``KEY``; tests tamper with copies of its ledger and
+    evidence (its targets are left alone)."""
+    root = copy_lake(base_lake, tmp_path_factory.mktemp("audit") / "lake")
+    os.environ[AUDIT_KEY_ENV] = KEY
+    try:
+        _run(root)
+    finally:
+        del os.environ[AUDIT_KEY_ENV]
+    return root
+
+
+@pytest.fixture
+def copied(done_run: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """(evidence copy, home copy) of the done run."""
+    home = tmp_path / "_sg"
+    shutil.copytree(done_run / "_sg" / "ledger", home / "ledger")
+    (evidence,) = sorted((done_run / "evidence").glob("*.yaml"))
+    ev = tmp_path / evidence.name
+    shutil.copy(evidence, ev)
+    yield ev, home
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+            if p.is_file()}
+
+
+def test_untouched_run_verifies_clean_in_every_mode_and_writes_nothing(
+        spark: Any, done_run: Path, capsys: Any, monkeypatch: Any) -> None:
+    (evidence,) = sorted((done_run / "evidence").glob("*.yaml"))
+    before = _files(done_run)
+    home = str(done_run / "_sg")
+    run_id = load_evidence(evidence)["sparkguard"]["run_id"]
+    monkeypatch.chdir(done_run)
+    for args in (["--evidence", str(evidence)], ["--run-id", run_id, "--home", home],
+                 ["--all", "--home", home]):
+        code, lines = _verify(capsys, *args)
+        assert code == 0, lines
+        assert _tampers(lines) == []
+        assert "intact" in lines[-1]
+        assert any("seal_unchecked" in x for x in lines)  # sealed, no key given
+    monkeypatch.setenv(AUDIT_KEY_ENV, KEY)
+    code, lines = _verify(capsys, "--evidence", str(evidence))
+    assert code == 0 and not any("seal" in x for x in lines[:-1]), lines
+    assert _files(done_run) == before  # no file added, changed or removed: no Delta version
+    # the same answer through Spark (catalog tables, schemes delta-rs cannot open)
+    monkeypatch.setenv("SPARKGUARD_READER", "spark")
+    code, through_spark = _verify(capsys, "--evidence", str(evidence))
+    assert code == 0 and through_spark[:-1] == lines[:-1], through_spark
+    assert "(spark)" in through_spark[-1] and "(delta-rs)" in lines[-1]
+    assert _files(done_run) == before
+
+
+def test_audit_section_records_heads_commits_and_the_ledger_record(done_run: Path) -> None:
+    (evidence,) = sorted((done_run / "evidence").glob("*.yaml"))
+    section = load_evidence(evidence)["audit"]
+    assert section["ledger_home"] == str(done_run / "_sg")
+    assert len(section["chains"]["runs"]) == 64 and len(section["chains"]["slices"]) == 64
+    target = str(done_run / "target" / "orders_clean")
+    assert list(section["chains"]["locks"]) == [target]
+    (commit,) = section["commits"]
+    assert commit["table"] == target and commit["operation"] in ("WRITE", "MERGE")
+    assert '"action": "promote"' in commit["userMetadata"]
+    assert len(section["content_hash"]) == 64 and len(section["seal"]) == 64
+
+
+def _edit_gate_digit(path: Path) -> None:
+    """Change one digit of the first full-window gate's measured value, as a person would."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    start = next(i for i, x in enumerate(lines) if x.strip() == "full_window:")
+    i = next(i for i in range(start, len(lines)) if re.match(r"\s+value: '?\d", lines[i]))
+    m = re.search(r"\d", lines[i])
+    assert m
+    digit = m.group()
+    lines[i] = lines[i][:m.start()] + str((int(digit) + 1) % 10) + lines[i][m.end():]
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+def test_one_digit_of_a_gate_value_changed_exits_1_naming_the_field(
+        copied: tuple[Path, Path], capsys: Any) -> None:
+    ev, home = copied
+    _edit_gate_digit(ev)
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 1
+    assert _tampers(lines) == [
+        f"TAMPER evidence_edited {ev}: sparkguard.targets[0].full_window.gates[0].measured.value "
+        "changed"]
+
+
+def _sql(spark: Any, statement: str) -> None:
+    spark.sql(statement).collect()
+
+
+def _unprotect(spark: Any, path: Path) -> None:
+    _sql(spark, f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.appendOnly' = 'false')")
+
+
+def test_ledger_row_edited_by_update(spark: Any, copied: tuple[Path, Path], capsys: Any) -> None:
+    ev, home = copied
+    runs = home / "ledger" / "runs"
+    _unprotect(spark, runs)
+    _sql(spark, f"UPDATE delta.`{runs}` SET owner = 'someone-else' WHERE state = 'promoted'")
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 1
+    found = _tampers(lines)
+    assert any(x.startswith("TAMPER edited runs[run ") and "content does not match" in x
+               for x in found), found
+    assert any("ledger/runs@v" in x and "UPDATE" in x for x in found), found
+    assert any("append-only protection switched off" in x for x in found), found
+
+
+def test_ledger_row_deleted(spark: Any, copied: tuple[Path, Path], capsys: Any) -> None:
+    ev, home = copied
+    runs = home / "ledger" / "runs"
+    _unprotect(spark, runs)
+    _sql(spark, f"DELETE FROM delta.`{runs}` WHERE state = 'promoting'")
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 1
+    found = _tampers(lines)
+    assert any(x.startswith("TAMPER deleted runs[run ") for x in found), found
+    assert any("DELETE on an append-only ledger table" in x for x in found), found
+
+
+def test_ledger_table_restored(spark: Any, copied: tuple[Path, Path], capsys: Any) -> None:
+    ev, home = copied
+    slices = home / "ledger" / "slices"
+    versions = DeltaTable.forPath(spark, str(slices)).history().count()
+    _sql(spark, f"RESTORE TABLE delta.`{slices}` TO VERSION AS OF {versions - 2}")
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 1
+    found = _tampers(lines)
+    assert any("ledger/slices@v" in x and "RESTORE" in x for x in found), found
+    assert any(x.startswith("TAMPER head_missing slices[run ") for x in found), found
+
+
+def test_seal_forged_with_the_wrong_key(copied: tuple[Path, Path], capsys: Any,
+                                        monkeypatch: Any) -> None:
+    """An editor without the key changes a value, recomputes the content hash and seals it
+    with a key of their own: the seal (and the ledger's record) give it away."""
+    import yaml
+
+    from sparkguard.audit_trail import attach_audit, evidence_digest
+
+    ev, home = copied
+    data = load_evidence(ev)
+    data["release_gate_evidence"]["owner"] = "mallory@example.com"
+    section = data.pop("audit")
+    attach_audit(data, home=section["ledger_home"], chains=section["chains"],
+                 commits=section["commits"], key=b"not-the-key")
+    assert evidence_digest(data)[1] == data["audit"]["content_hash"]
+    ev.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    monkeypatch.setenv(AUDIT_KEY_ENV, KEY)
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 1
+    found = _tampers(lines)
+    assert any("seal_mismatch" in x for x in found), found
+    assert any("release_gate_evidence.owner changed" in x for x in found), found
+    # the right file checked with a wrong key fails too
+    monkeypatch.setenv(AUDIT_KEY_ENV, "guess")
+    shutil.copy(next(Path(section["ledger_home"]).parent.glob("evidence/*.yaml")), ev)
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 1 and [x.split()[1] for x in _tampers(lines)] == ["seal_mismatch"]
+
+
+def test_rollback_reseals_and_an_out_of_band_restore_of_the_target_is_reported(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any) -> None:
+    """sparkguard's own rollback edits the evidence and re-seals it (still intact; its restore
+    is a later commit); a RESTORE outside sparkguard is reported as information with its
+    version and operation."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    evidence = _run(root)
+    target = root / "target" / "orders_clean"
+    data = load_evidence(evidence)
+    promoted = data["sparkguard"]["targets"][0]["promoted_version"]
+    assert main(["rollback", "--run-id", data["sparkguard"]["run_id"],
+                 "--home", str(root / "_sg")]) == 0
+    code, lines = _verify(capsys, "--evidence", str(evidence))
+    assert code == 0, lines
+    assert load_evidence(evidence)["sparkguard"]["rollbacks"]
+    assert [x.split()[1] for x in lines if x.startswith("INFO later_commit")] == [
+        "later_commit"]
+    _sql(spark, f"RESTORE TABLE delta.`{target}` TO VERSION AS OF {promoted}")
+    code, lines = _verify(capsys, "--evidence", str(evidence))
+    assert code == 0, lines  # information: the record itself is intact
+    later = [x for x in lines if x.startswith("INFO later_commit")]
+    assert len(later) == 2 and all("RESTORE after this run" in x for x in later)
+    assert later[1].startswith(f"INFO later_commit {target}@v{promoted + 2}: RESTORE")
+
+
+def test_ledger_written_before_auditing_keeps_working(spark: Any, tmp_path: Path,
+                                                     capsys: Any) -> None:
+    """Tables without the hash columns: old rows read as unchained (information), new events
+    add the columns and chain."""
+    import datetime as dt
+
+    home = tmp_path / "_sg"
+    for name, schema in _SCHEMAS.items():
+        create_log_table(spark, str(home / "ledger" / name), schema)
+    old = ("old-run", dt.datetime(2024, 1, 1), "started", None, "p", "fp", "o", 1, None, None,
+           None, "{}")
+    append_rows(spark, str(home / "ledger" / "runs"), _SCHEMAS["runs"], [old])
+    ledger = Ledger(spark, str(home))
+    ledger.record_run("old-run", "failed", fingerprint="fp", error="boom")
+    ledger.record_run("new-run", "started", fingerprint="fp")
+    ledger.record_run("new-run", "done", fingerprint="fp")
+    events = ledger.run_events("old-run")
+    assert events[0]["event_hash"] is None and len(events[1]["event_hash"]) == 64
+    code, lines = _verify(capsys, "--all", "--home", str(home))
+    assert code == 0, lines
+    assert any(x.startswith("INFO unchained runs[run old-run]") for x in lines), lines
+    assert any("SET TBLPROPERTIES" not in x for x in lines)
+
+
+def test_usage_errors_exit_2(tmp_path: Path, capsys: Any) -> None:
+    assert main(["verify"]) == 2
+    assert main(["verify", "--evidence", str(tmp_path / "nope.yaml")]) == 2
+    assert main(["verify", "--run-id", "x", "--all", "--home", str(tmp_path)]) == 2
+    code, lines = _verify(capsys, "--run-id", "no-such-run", "--home", str(tmp_path))
+    assert code == 2 and "no such run" in " ".join(lines)
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,170 @@
+"""The audit section and verify's checks, without Spark: evidence hashing round-trips through
+YAML, the seal, naming the edited field, ledger histories, recorded commits, chain heads, and
+the time zone a verifier runs in."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from typing import Any
+
+import pytest
+import yaml
+
+from sparkguard.audit_trail import (
+    attach_audit,
+    audit_key,
+    check_chain,
+    check_commits,
+    check_evidence,
+    check_ledger_history,
+    commit_record,
+    evidence_digest,
+)
+from sparkguard.ledger_model import chained_hash
+
+
+def _doc() -> dict[str, Any]:
+    return {"release_gate_evidence": {"owner": "o", "notes": "it's \"quoted\""},
+            "sparkguard": {"run_id": "r1", "written_at": "2025-01-01T00:00:00+00:00",
+                           "targets": [{"gates": [{"measured": {"value": 1234.5, "nan": float("nan")},
+                                                   "when": dt.date(2025, 1, 3)}]}],
+                           "none": None}}
+
+
+def _sealed(key: bytes | None = b"k") -> tuple[dict[str, Any], dict[str, str], str]:
+    data, leaves, root, _ = attach_audit(
+        _doc(), home="/h", chains={"runs": "a" * 64, "slices": None, "locks": {"/t": "b" * 64}},
+        commits=[commit_record("/t", {"version": 3, "timestamp": 1735689600123,
+                                      "operation": "WRITE", "userMetadata": "{}"})], key=key)
+    return yaml.safe_load(yaml.safe_dump(data)), leaves, root
+
+
+def test_content_hash_survives_the_yaml_round_trip_and_verifies_clean() -> None:
+    data, leaves, root = _sealed()
+    assert evidence_digest(data) == (leaves, root)
+    record = {"content_hash": root, "seal": data["audit"]["seal"], "leaves": leaves}
+    assert [f for f in check_evidence("e.yaml", data, record, b"k") if f.severity == "tamper"] == []
+
+
+def test_one_digit_changed_names_the_field() -> None:
+    data, leaves, root = _sealed()
+    data["sparkguard"]["targets"][0]["gates"][0]["measured"]["value"] = 1334.5
+    found = check_evidence("e.yaml", data, {"content_hash": root, "leaves": leaves}, None)
+    assert [f.detail for f in found if f.severity == "tamper"] == [
+        "sparkguard.targets[0].gates[0].measured.value changed"]
+
+
+def test_hash_recomputed_by_the_editor_still_fails_against_the_ledger_record() -> None:
+    data, leaves, root = _sealed(None)
+    data["release_gate_evidence"]["owner"] = "mallory"
+    data["audit"]["content_hash"] = evidence_digest(data)[1]
+    lines = [f.line() for f in check_evidence("e.yaml", data,
+                                             {"content_hash": root, "leaves": leaves}, None)]
+    assert any("release_gate_evidence.owner changed" in x for x in lines)
+    assert any("differs from the one the ledger recorded" in x for x in lines)
+
+
+def test_seal_with_the_wrong_key_or_reforged_fails() -> None:
+    data, leaves, root = _sealed(b"right")
+    record = {"content_hash": root, "seal": data["audit"]["seal"], "leaves": leaves}
+    assert [f.kind for f in check_evidence("e", data, record, b"wrong")] == ["seal_mismatch"]
+    # no key: the seal is reported, not checked
+    assert [(f.kind, f.severity) for f in check_evidence("e", data, record, None)] == [
+        ("seal_unchecked", "info")]
+    # the seal stripped from the file (a downgrade) while the ledger recorded one
+    data["audit"]["seal"] = None
+    assert "seal_mismatch" in [f.kind for f in check_evidence("e", data, record, b"right")]
+
+
+def test_evidence_without_an_audit_section_is_information() -> None:
+    (f,) = check_evidence("e", _doc(), None, None)
+    assert (f.kind, f.severity) == ("unaudited", "info")
+
+
+def test_audit_key_from_the_environment() -> None:
+    assert audit_key({"SPARKGUARD_AUDIT_KEY": "s3cr3t"}) == b"s3cr3t"
+    assert audit_key({"SPARKGUARD_AUDIT_KEY": ""}) is None
+    assert audit_key({}) is None
+
+
+def _chain(n: int = 3) -> list[dict[str, Any]]:
+    prev, out = None, []
+    t0 = dt.datetime(2025, 3, 30, 0, 59, 59, 999999)  # around a DST change in Europe
+    for i in range(n):
+        row = {"run_id": "r", "at": t0 + dt.timedelta(hours=i), "state": f"s{i}",
+               "details": {"x": i, "q": "it's"}}
+        h = chained_hash("runs", row, prev)
+        out.append({**row, "event_hash": h, "prev_hash": prev})
+        prev = h
+    return out
+
+
+def test_chain_intact_edited_deleted_and_recorded_head() -> None:
+    events = _chain()
+    assert check_chain("runs", "run r", events, [events[-1]["event_hash"]]) == []
+    edited = [dict(e) for e in events]
+    edited[1]["state"] = "done"
+    assert [f.kind for f in check_chain("runs", "run r", edited)] == ["edited"]
+    kinds = [f.kind for f in check_chain("runs", "run r", events[:-1],
+                                         [events[-1]["event_hash"]])]
+    assert kinds == ["head_missing"]
+    assert "deleted" in [f.kind for f in check_chain("runs", "run r", [events[0], events[2]])]
+
+
+def test_chain_verifies_in_another_time_zone() -> None:
+    """Naive timestamps are local time as PySpark writes them; the hash covers the instant."""
+    if not hasattr(time, "tzset"):
+        pytest.skip("no tzset on this platform")
+    old = os.environ.get("TZ")
+    try:
+        os.environ["TZ"] = "UTC"
+        time.tzset()
+        events = _chain()
+        instants = [e["at"].astimezone(dt.UTC) for e in events]
+        os.environ["TZ"] = "America/Los_Angeles"
+        time.tzset()
+        moved = [{**e, "at": i.astimezone().replace(tzinfo=None)}
+                 for e, i in zip(events, instants, strict=True)]
+        assert moved[0]["at"] != events[0]["at"]
+        assert check_chain("runs", "run r", moved) == []
+    finally:
+        if old is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
+
+
+def test_ledger_history_rewrites_are_tampering_appends_and_compaction_are_not() -> None:
+    history = [{"version": 0, "operation": "CREATE TABLE"},
+               {"version": 1, "operation": "WRITE", "operationParameters": {"mode": "Append"}},
+               {"version": 2, "operation": "OPTIMIZE"},
+               {"version": 3, "operation": "SET TBLPROPERTIES",
+                "operationParameters": {"properties": '{"delta.appendOnly":"false"}'}},
+               {"version": 4, "operation": "UPDATE"},
+               {"version": 5, "operation": "DELETE"},
+               {"version": 6, "operation": "RESTORE"},
+               {"version": 7, "operation": "WRITE", "operationParameters": {"mode": "Overwrite"}},
+               {"version": 8, "operation": "ADD COLUMNS"}]
+    found = check_ledger_history("runs", history)
+    assert [(f.where, f.severity) for f in found] == [
+        ("ledger/runs@v3", "tamper"), ("ledger/runs@v4", "tamper"), ("ledger/runs@v5", "tamper"),
+        ("ledger/runs@v6", "tamper"), ("ledger/runs@v7", "tamper"), ("ledger/runs@v8", "info")]
+
+
+def test_commits_missing_different_and_later_ones() -> None:
+    hist = [{"version": 3, "timestamp": 1735689600123, "operation": "WRITE",
+             "userMetadata": '{"sparkguard": {"run_id": "r"}}'},
+            {"version": 4, "timestamp": 1735689700000, "operation": "RESTORE",
+             "userMetadata": None}]
+    rec = [commit_record("/t", {**hist[0], "timestamp": 1735689600140})]  # Spark's file time
+    found = check_commits("/t", rec, hist, 2)
+    assert [(f.kind, f.severity) for f in found] == [("later_commit", "info")]
+    assert "RESTORE" in found[0].detail and found[0].where == "/t@v4"
+    other = [{**hist[0], "userMetadata": "{}"}]
+    assert [f.kind for f in check_commits("/t", rec, other, 2)] == ["commit_different"]
+    assert [f.kind for f in check_commits("/t", rec, hist[1:], 2)] == ["commit_missing",
+                                                                       "later_commit"]
+    assert [f.kind for f in check_commits("/t", rec, None, 2)] == ["commit_missing"]
