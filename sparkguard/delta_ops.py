@@ -429,14 +429,18 @@ def _sql_confs(spark: SparkSession) -> dict[str, str]:
     return {k: v for k, v in dict(confs).items() if k.startswith(("spark.sql.", "spark.databricks."))}
 
 
-def write_partitions(df: DataFrame, ref: TableRef, predicate: str, partition_column: str,
+def write_partitions(df: DataFrame, ref: TableRef, predicate: str,
+                     partition_column: str | Sequence[str],
                      metadata: str | None = None, txn: tuple[str, int] | None = None) -> None:
-    """Replace exactly the rows matching ``predicate`` with ``df`` (creating the table if new).
+    """Replace exactly the rows matching ``predicate`` with ``df`` (creating the table if new,
+    partitioned by ``partition_column``: one name, several, or none).
 
     Rows of ``df`` outside the predicate fail the write (Delta's replaceWhere constraint check).
     """
-    writer = (df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
-              .partitionBy(partition_column))
+    cols = [partition_column] if isinstance(partition_column, str) else list(partition_column)
+    writer = df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+    if cols:
+        writer = writer.partitionBy(*cols)
     if metadata:
         writer = writer.option("userMetadata", metadata)
     if txn:

@@ -28,6 +28,7 @@ from sparkguard.plan.model import (
     TargetSpec,
 )
 from sparkguard.plan.window import target_order, window_partitions  # re-exported
+from sparkguard.plan.window_spec import window_problems
 from sparkguard.sql import PartitionType, TableRef, UnsafeSQLError
 
 __all__ = ["RULES", "Finding", "Severity", "approvable_findings", "blocking", "draft_notice",
@@ -52,6 +53,8 @@ RULES: dict[str, tuple[Severity, str]] = {
     "window_inverted": (Severity.BLOCK, "end_utc (exclusive) not after start_utc"),
     "window_too_large": (Severity.BLOCK, "more partitions than affected_window.max_partitions"),
     "window_empty": (Severity.BLOCK, "the window has no partitions"),
+    "window_not_exact": (Severity.BLOCK, "a window_column window cannot be expressed exactly "
+                         "(see docs/windows.md)"),
     "window_not_aligned": (Severity.WARN, "a date window bound is not at midnight UTC"),
     "partitions_inconsistent": (Severity.BLOCK, "listed partitions differ from [start_utc, "
                                 "end_utc) (end exclusive)"),
@@ -144,10 +147,11 @@ def to_fill(findings: Sequence[Finding]) -> list[Finding]:
 def draft_notice(plan: BackfillPlan) -> str | None:
     """A line saying that a plan in the seed template's shape loaded as a draft, or None."""
     bare = [t for t in plan.targets if isinstance(t, str)]
-    if not bare and plan.partitioning is not None:
+    windowed = plan.partitioning is not None or plan.window_column is not None
+    if not bare and windowed:
         return None
     lacks = []
-    if plan.partitioning is None:
+    if not windowed:
         lacks.append("partitioning")
     if bare:
         lacks.append(f"{len(bare)} target(s) as bare names (no business_keys or transform)")
@@ -233,6 +237,9 @@ def _completeness(plan: BackfillPlan, c: _Collector) -> None:
 
 def _window(plan: BackfillPlan, c: _Collector) -> None:
     w = plan.affected_window
+    if plan.window_column is not None:
+        _range_window(plan, c)
+        return
     if plan.partitioning is None:
         cols = sorted(set(plan.partition_prefixes()))
         hint = f" (the partitions suggest column {cols[0]!r})" if len(cols) == 1 else ""
@@ -293,6 +300,31 @@ def _window(plan: BackfillPlan, c: _Collector) -> None:
                   f"partitions disagree with [start_utc, end_utc): outside the range "
                   f"{_few(extra)}, missing from the list {_few(missing)}",
                   "end_utc is exclusive; make the list match the range")
+
+
+def _range_window(plan: BackfillPlan, c: _Collector) -> None:
+    """A ``window_column`` window: bounded, not inverted, exactly expressible, not too large."""
+    w = plan.affected_window
+    if w.start_utc is None or w.end_utc is None:
+        missing = [n for n, v in (("start_utc", w.start_utc), ("end_utc", w.end_utc)) if v is None]
+        c.add("window_unbounded", "affected_window." + missing[0],
+              f"{' and '.join(missing)} not set: the window is unbounded",
+              "bound the window: start_utc inclusive, end_utc exclusive", unfilled=True)
+    elif w.end_utc <= w.start_utc:
+        c.add("window_inverted", "affected_window.end_utc",
+              f"end_utc {w.end_utc.isoformat()} is not after start_utc {w.start_utc.isoformat()}",
+              "end_utc is exclusive and must be later than start_utc")
+    problems = window_problems(plan)
+    for path, msg, fix in problems:
+        c.add("window_not_exact", path, msg, fix)
+    if problems or w.start_utc is None or w.end_utc is None or w.end_utc <= w.start_utc:
+        return
+    count = len(window_partitions(plan))
+    if count > w.max_partitions:
+        c.add("window_too_large", "affected_window",
+              f"{count} buckets exceed the plan's max_partitions {w.max_partitions}",
+              "split the backfill, use window_column.bucket: day, or raise "
+              "affected_window.max_partitions deliberately")
 
 
 def _few(items: list[str], n: int = 5) -> str:
@@ -572,7 +604,7 @@ def pre_approval_findings(plan: BackfillPlan) -> list[Finding]:
 
 
 # Fields the live checks need: while one of them is still empty they cannot run.
-_LIVE_NEEDS = ("partitioning", "affected_window", "source_of_truth.dataset", "targets")
+_LIVE_NEEDS = ("partitioning", "window_column", "affected_window", "source_of_truth.dataset", "targets")
 
 
 def live_checks_possible(findings: Sequence[Finding]) -> bool:

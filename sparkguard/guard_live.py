@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import re
 import uuid
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -18,7 +19,9 @@ from pyspark.sql import types as T
 
 from sparkguard import delta_ops
 from sparkguard.guard import Finding, Severity, window_partitions
+from sparkguard.guard_window import rewrites_most, window_column_problem
 from sparkguard.plan.model import BackfillPlan, Check, CheckType, TargetSpec
+from sparkguard.plan.window_spec import range_window
 from sparkguard.sql import PartitionType, TableRef, window_predicate
 
 __all__ = ["LIVE_RULES", "live_check", "live_findings", "retention_days"]
@@ -41,6 +44,8 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
                             "safeguards.rollback_horizon_days"),
     "retention_unreadable": (Severity.WARN, "a retention property cannot be parsed"),
     "blast_radius": (Severity.INFO, "rows and bytes the window covers in source and target"),
+    "window_rewrites_most": (Severity.WARN, "the promotion rewrites most of an unpartitioned "
+                             "table's files"),
 }
 _TYPE_OK: dict[PartitionType, tuple[type[T.DataType], ...]] = {
     PartitionType.DATE: (T.DateType,),
@@ -65,12 +70,20 @@ def retention_days(value: str | None, default: float) -> float | None:
 
 class _Live:
     def __init__(self, spark: SparkSession, plan: BackfillPlan) -> None:
-        assert plan.partitioning is not None and plan.source_of_truth.dataset is not None, \
+        assert plan.source_of_truth.dataset is not None, \
             "live checks run only on plans the static guard passed"
         self.spark, self.plan = spark, plan
-        self.p, self.ptype = plan.partitioning.column, plan.partitioning.type
+        self.rw = range_window(plan)
         self.parts = window_partitions(plan)
-        self.pred = window_predicate(self.p, self.ptype, self.parts)
+        if self.rw is not None:
+            self.p, self.ptype = self.rw.column, PartitionType.STRING
+            self.pred = self.rw.predicate(self.parts)
+            self.key = F.expr(self.rw.bucket_expr())
+        else:
+            assert plan.partitioning is not None
+            self.p, self.ptype = plan.partitioning.column, plan.partitioning.type
+            self.pred = window_predicate(self.p, self.ptype, self.parts)
+            self.key = F.col(self.p)
         self.out: list[Finding] = []
         self.rows: dict[str, int] = {}  # source rows per window partition
 
@@ -78,6 +91,13 @@ class _Live:
         self.out.append(Finding(LIVE_RULES[code][0], code, f"{P}.{path}", msg, fix))
 
     def _partition_column_ok(self, df: DataFrame, what: str, path: str) -> bool:
+        if self.rw is not None:
+            problem = window_column_problem(df.schema, self.rw)
+            if problem is not None:
+                code, msg, fix = problem
+                self.add(code, "window_column", f"{what}: {msg}", fix)
+                return False
+            return True
         field = next((f for f in df.schema.fields if f.name == self.p), None)
         if field is None:
             self.add("partition_column_missing", path, f"{what} has no column {self.p!r}",
@@ -100,7 +120,7 @@ class _Live:
         if not self._partition_column_ok(src, "source", "partitioning.column"):
             return None
         # one aggregation; at most len(window) rows come back
-        counts = {r[0]: r[1] for r in src.filter(self.pred).groupBy(self.p)
+        counts = {r[0]: r[1] for r in src.filter(self.pred).groupBy(self.key.alias("k"))
                   .agg(F.count(F.lit(1))).collect()}
         self.rows = {str(k): int(v) for k, v in counts.items()}
         missing = [str(x) for x in self.parts if counts.get(x, 0) == 0]
@@ -149,8 +169,10 @@ class _Live:
                         self.add("column_missing", f"{where}[{ci}].key_columns",
                                  f"target {ref.display!r} has no column {k!r}",
                                  f"use one of {sorted(names)[:20]}")
-        detail = delta_ops.detail(self.spark, ref).select("partitionColumns", "properties").first()
-        if detail is not None and self.p not in (detail["partitionColumns"] or []):
+        detail = delta_ops.detail(self.spark, ref).select(
+            "partitionColumns", "properties", "numFiles", "sizeInBytes").first()
+        if detail is not None and self.rw is None and self.p not in (detail["partitionColumns"]
+                                                                     or []):
             self.add("target_not_partitioned", f"{path}.dataset",
                      f"target {ref.display!r} is not partitioned by {self.p!r}; the window "
                      "replacement rewrites files across the table", "partition it by the column")
@@ -159,7 +181,7 @@ class _Live:
         if src is not None:
             self._transform(path, t, src)
         if part_ok:
-            self._blast_radius(path, ref, df)
+            self._blast_radius(path, ref, df, detail)
 
     def _retention(self, path: str, ref: TableRef, props: dict[str, str]) -> None:
         horizon = self.plan.safeguards.rollback_horizon_days
@@ -227,7 +249,7 @@ class _Live:
         finally:
             self.spark.catalog.dropTempView(view)
 
-    def _blast_radius(self, path: str, ref: TableRef, df: DataFrame) -> None:
+    def _blast_radius(self, path: str, ref: TableRef, df: DataFrame, detail: Any) -> None:
         files = (df.filter(self.pred)
                  .select(F.col("_metadata.file_path").alias("f"),
                          F.col("_metadata.file_size").alias("s"))
@@ -238,6 +260,14 @@ class _Live:
         self.add("blast_radius", f"{path}.dataset",
                  f"target {ref.display!r}: {rows} rows in {nfiles} file(s), {size / 1e6:.2f} MB "
                  "inside the window will be replaced in one commit")
+        if self.rw is not None and detail is not None and not detail["partitionColumns"]:
+            flag = rewrites_most(nfiles, int(detail["numFiles"] or 0), size,
+                                 int(detail["sizeInBytes"] or 0))
+            if flag:
+                self.add("window_rewrites_most", f"{path}.dataset",
+                         f"target {ref.display!r} is not partitioned: {flag}",
+                         "expected for a small table; otherwise cluster it (CLUSTER BY the "
+                         "window column) or narrow the window, so a promotion rewrites less")
 
 
 def _analyse(df: DataFrame) -> T.StructType:

@@ -76,6 +76,8 @@ def _window(events: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 def _window_predicate(window: dict[str, Any] | None) -> str | None:
     if not window:
         return None
+    if window.get("predicate"):  # a window_column window: its exact predicate, as recorded
+        return str(window["predicate"])
     return window_predicate(window["column"], PartitionType(window["type"]), window["partitions"])
 
 

@@ -61,6 +61,8 @@ __all__ = [
     "TargetValidation",
     "Transform",
     "Validation",
+    "WindowColumn",
+    "WindowType",
     "field_names",
     "split_partition",
 ]
@@ -266,6 +268,42 @@ class Partitioning(_Frozen):
     type: PartitionType = Field(
         default=PartitionType.DATE, description="date | string | int; decides how partition values are "
             "rendered as SQL literals.")
+
+
+class WindowType(str, Enum):
+    """How ``[start_utc, end_utc)`` is bounded on the table (``window_column.type``)."""
+
+    TIMESTAMP = "timestamp"          # a TIMESTAMP column, to the microsecond
+    TIMESTAMP_NTZ = "timestamp_ntz"  # a TIMESTAMP_NTZ column holding UTC wall-clock times
+    DATE_HOUR = "date_hour"          # a date partition column plus an hour (0-23) column
+
+
+_SLICE_RE = re.compile(r"auto|[1-9][0-9]{0,3}[hd]")
+
+
+class WindowColumn(_Frozen):
+    """The column(s) bounding the window when it is a time range rather than a list of
+    partition values: see docs/windows.md."""
+
+    name: SqlName = Field(description="The timestamp column (timestamp, timestamp_ntz), or the "
+                          "date partition column (date_hour).")
+    type: WindowType = Field(description="timestamp | timestamp_ntz | date_hour.")
+    hour_column: SqlName | None = Field(
+        default=None, description="date_hour only: the hour partition column (integer 0-23).")
+    bucket: Literal["hour", "day"] | None = Field(
+        default=None, description="Grain of the per-bucket verdicts; default hour for a window "
+            "of up to 2 days, else day.")
+    slice: str = Field(
+        default="auto", description="Slice length: Nh (hours), Nd (days) or auto (sized by "
+            "source rows, the proof slice is the first bucket).")
+
+    @field_validator("slice")
+    @classmethod
+    def _v_slice(cls, v: str) -> str:
+        if not _SLICE_RE.fullmatch(v.strip()):
+            raise PlanValueError(f"slice {v!r} is not a length",
+                                 "write 6h, 1d or auto")
+        return v.strip()
 
 
 class AffectedWindow(_Frozen):
@@ -558,6 +596,10 @@ class BackfillPlan(_Frozen):
     reason: Text | None = Field(default=None, description="Why the backfill is needed.")
     affected_window: AffectedWindow = AffectedWindow()
     partitioning: Partitioning | None = None
+    window_column: WindowColumn | None = Field(
+        default=None, json_schema_extra=ADDED_LATER,
+        description="The column(s) bounding [start_utc, end_utc) as a time range (instead of "
+            "partitioning): a timestamp column, or date + hour partition columns.")
     source_of_truth: SourceOfTruth = SourceOfTruth()
     targets: list[TargetItem] = Field(default_factory=list)
     execution: Execution = Execution()
@@ -637,7 +679,8 @@ class PlanDocument(_Frozen):
 def field_names() -> set[str]:
     """Every key a plan may use (for "did you mean" hints)."""
     names: set[str] = set()
-    for model in (PlanDocument, BackfillPlan, AffectedWindow, Partitioning, SourceOfTruth,
+    for model in (PlanDocument, BackfillPlan, AffectedWindow, Partitioning, WindowColumn,
+                  SourceOfTruth,
                   TargetSpec, Transform, Contract, ColumnContract, MergeSpec, Execution,
                   Safeguards, Check, Validation, Approvals, ApprovalRecord, Status):
         names.update(model.model_fields)

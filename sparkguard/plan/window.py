@@ -14,12 +14,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal, TypeVar
 
 from sparkguard.plan.model import BackfillPlan, TargetSpec
+from sparkguard.plan.window_spec import range_window
 from sparkguard.sql import PartitionType
 
 _T = TypeVar("_T")
 
 __all__ = ["AUTO_ROWS_PER_SLICE", "WAVE_MAX_ROWS", "WAVE_MAX_SLICES", "plan_slices",
-           "slices_of", "target_order", "waves_of", "window_partitions"]
+           "slice_setting", "slices_of", "target_order", "waves_of", "window_partitions"]
 
 AUTO_ROWS_PER_SLICE = 2_000_000
 WAVE_MAX_ROWS = 8_000_000
@@ -27,16 +28,35 @@ WAVE_MAX_SLICES = 64
 
 
 def window_partitions(plan: BackfillPlan) -> list[object]:
-    """The window's typed partitions: as listed, or derived from [start_utc, end_utc) for dates.
+    """The window's typed partitions: as listed, or derived from [start_utc, end_utc) for dates;
+    for a ``window_column`` window, its bucket labels ([] when it cannot be built).
 
     Raises UnsafeSQLError when a listed value is not a literal of the partition type.
     """
+    if plan.window_column is not None:
+        try:
+            rw = range_window(plan)
+        except ValueError:
+            return []
+        return list(rw.labels) if rw is not None else []
     listed = plan.partition_values()
     if listed:
         return sorted(dict.fromkeys(listed))  # type: ignore[type-var]
     if plan.partitioning and plan.partitioning.type is PartitionType.DATE:
         return list(plan.window_partitions_from_range() or [])
     return []
+
+
+def slice_setting(plan: BackfillPlan) -> int | Literal["auto"]:
+    """Units per slice: ``execution.slice_partitions``, or buckets per ``window_column.slice``."""
+    if plan.window_column is not None:
+        try:
+            rw = range_window(plan)
+        except ValueError:
+            rw = None
+        if rw is not None:
+            return rw.slice
+    return plan.execution.slice_partitions
 
 
 def target_order(plan: BackfillPlan) -> list[TargetSpec]:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sparkguard.plan.model import Aggregation, BackfillPlan, CheckType, Contract, NanRule, TargetSpec
+from sparkguard.plan.window_spec import BUCKET_COLUMN
 from sparkguard.reconcile.verdicts import GateResult
 from sparkguard.sql import PartitionType
 
@@ -71,13 +72,17 @@ class ReconcileSpec:
 
 def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = False) -> ReconcileSpec:
     """Translate the plan's validation checks for one target into a ReconcileSpec."""
-    assert plan.partitioning is not None, "guard ensures partitioning is set"
+    if plan.window_column is not None:  # grouped by the bucket label the run adds to each side
+        pcol, ptype = BUCKET_COLUMN, PartitionType.STRING
+    else:
+        assert plan.partitioning is not None, "guard ensures partitioning is set"
+        pcol, ptype = plan.partitioning.column, plan.partitioning.type
     row_count: ThresholdSpec | None = None
     per_partition_rc = False
     dup: ThresholdSpec | None = None
     extra_dups: list[tuple[str, ...]] = []
     metrics: list[MetricSpec] = []
-    grouping = set(target.business_keys) | {plan.partitioning.column}
+    grouping = set(target.business_keys) | {pcol}
     for check in plan.checks_for(target):
         thr = ThresholdSpec(check.threshold_percent, check.threshold_absolute)
         if check.type is CheckType.ROW_COUNT_PARITY:
@@ -87,7 +92,7 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
             if thr.percent is None and thr.absolute is None:
                 thr = ThresholdSpec(absolute=0.0)
             cols = tuple(check.key_columns or target.business_keys)
-            if set(cols) | {plan.partitioning.column} == grouping:
+            if set(cols) | {pcol} == grouping:
                 dup = thr
             else:
                 extra_dups.append(cols)
@@ -104,8 +109,8 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
     not_null = tuple(dict.fromkeys([*target.contract.not_null,
                                     *(c.name for c in target.contract.columns if not c.nullable)]))
     return ReconcileSpec(
-        partition_column=plan.partitioning.column,
-        partition_type=plan.partitioning.type,
+        partition_column=pcol,
+        partition_type=ptype,
         business_keys=tuple(target.business_keys),
         row_count=row_count,
         row_count_per_partition=per_partition_rc,

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from sparkguard.ledger import Ledger, PlanHistory, RunProgress
 from sparkguard.notify import Notifier, send_all
 from sparkguard.plan.model import BackfillPlan, Promotion, TargetSpec
+from sparkguard.plan.window_spec import RangeWindow
 from sparkguard.publish import PublishControl
 from sparkguard.reconcile.verdicts import GateResult, ReconcileResult
 from sparkguard.run.stages import RunOptions
@@ -35,9 +36,17 @@ class Window:
     slices: tuple[tuple[object, ...], ...]
     waves: tuple[tuple[int, ...], ...]  # slice indexes after the proof (0-based)
     rows: Mapping[str, int] | None = None  # source rows per partition (live guard)
+    range: RangeWindow | None = None  # a window_column window: partitions are bucket labels
 
     def pred(self, partitions: Sequence[object], alias: str | None = None) -> str:
+        if self.range is not None:
+            return self.range.predicate(list(partitions), alias)
         return window_predicate(self.column, self.type, list(partitions), alias)
+
+    @property
+    def partition_by(self) -> tuple[str, ...]:
+        """Partition columns of the shadow tables."""
+        return self.range.partition_by if self.range is not None else (self.column,)
 
 
 @dataclass

@@ -12,13 +12,14 @@ from pyspark.sql import functions as F
 
 from sparkguard import delta_ops
 from sparkguard.errors import SparkguardError
+from sparkguard.plan.window_spec import BUCKET_COLUMN
 from sparkguard.reconcile.engine import columns_of, reconcile, row_hash, table_fingerprint
 from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target
 from sparkguard.reconcile.verdicts import ReconcileResult
 from sparkguard.run.context import RunContext, RunState, TargetState
 from sparkguard.run.labels import set_job_label
 
-__all__ = ["TransformResultError", "fingerprints", "job", "print_gates", "reconcile_part",
+__all__ = ["TransformResultError", "bucketed", "fingerprints", "job", "print_gates", "reconcile_part",
            "shadow_df", "source_df", "target_df", "transform"]
 
 
@@ -95,13 +96,21 @@ def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
     spec = spec_for_target(ctx.plan, st.spec)
     shadow = shadow_df(ctx, st, partitions)
     target = target_df(ctx, st, partitions, target_version)
-    res = reconcile(spec, shadow=shadow, target=target,
-                    source=source_df(ctx, state, partitions), partitions=list(partitions),
-                    scope=scope, preview=preview)
+    res = reconcile(spec, shadow=bucketed(ctx, shadow), target=bucketed(ctx, target),
+                    source=bucketed(ctx, source_df(ctx, state, partitions)),
+                    partitions=list(partitions), scope=scope, preview=preview)
     schema = schema_contract_gates(columns_of(shadow), columns_of(target), st.spec.contract)
     return ReconcileResult(scope=res.scope, partitions=res.partitions,
                            gates=(*res.gates, *schema), preview=res.preview,
                            duplicate_sample=res.duplicate_sample)
+
+
+def bucketed(ctx: RunContext, df: DataFrame) -> DataFrame:
+    """``df`` with the bucket column reconciliation groups by (a ``window_column`` window's
+    hour or day label); unchanged for a partition-value window (it groups by the partition)."""
+    if ctx.window.range is None:
+        return df
+    return df.withColumn(BUCKET_COLUMN, F.expr(ctx.window.range.bucket_expr()))
 
 
 def fingerprints(a: DataFrame, b: DataFrame) -> tuple[dict[str, int], dict[str, int]]:

@@ -22,7 +22,14 @@ from sparkguard.ledger import Ledger
 from sparkguard.notify import Notifier, notifiers_from_env
 from sparkguard.plan.fingerprint import fingerprint
 from sparkguard.plan.model import BackfillPlan
-from sparkguard.plan.window import plan_slices, target_order, waves_of, window_partitions
+from sparkguard.plan.window import (
+    plan_slices,
+    slice_setting,
+    target_order,
+    waves_of,
+    window_partitions,
+)
+from sparkguard.plan.window_spec import range_window
 from sparkguard.publish import PublishControl
 from sparkguard.run import stages as S
 from sparkguard.run.check import visit_reconcile
@@ -40,7 +47,7 @@ from sparkguard.run.report import RunOutcome, report_of
 from sparkguard.run.shadow import rows_left, visit_proof, visit_wave
 from sparkguard.run.start import Finished, visit_guard, visit_lock, visit_pause
 from sparkguard.run.undo import RestoreFailedError, restore_promoted
-from sparkguard.sql import TableRef
+from sparkguard.sql import PartitionType, TableRef
 
 __all__ = ["FailureEvidenceError", "run_backfill"]
 
@@ -64,12 +71,16 @@ class FailureEvidenceError(SparkguardError):
 
 
 def _window(plan: BackfillPlan, rows: Mapping[str, int] | None) -> Window:
-    assert plan.partitioning is not None
     parts = window_partitions(plan)
-    slices = plan_slices(parts, plan.execution.slice_partitions, rows)
-    return Window(plan.partitioning.column, plan.partitioning.type, tuple(parts),
-                  tuple(tuple(s) for s in slices), tuple(tuple(w) for w in waves_of(slices, rows)),
-                  rows)
+    slices = plan_slices(parts, slice_setting(plan), rows)
+    rw = range_window(plan)
+    if rw is not None:
+        column, ptype = rw.column, PartitionType.STRING
+    else:
+        assert plan.partitioning is not None
+        column, ptype = plan.partitioning.column, plan.partitioning.type
+    return Window(column, ptype, tuple(parts), tuple(tuple(s) for s in slices),
+                  tuple(tuple(w) for w in waves_of(slices, rows)), rows, rw)
 
 
 def _context(spark: SparkSession, plan: BackfillPlan, plan_path: str, home: str,

@@ -10,7 +10,7 @@ from sparkguard.plan.model import Promotion
 from sparkguard.reconcile.engine import reconcile
 from sparkguard.reconcile.spec import spec_for_target
 from sparkguard.run.context import RunContext, RunState, TargetState, notify, record
-from sparkguard.run.data import fingerprints, job, shadow_df, target_df
+from sparkguard.run.data import bucketed, fingerprints, job, shadow_df, target_df
 from sparkguard.run.stages import Promote
 from sparkguard.run.undo import restore_target
 
@@ -186,8 +186,9 @@ def verify(ctx: RunContext, state: RunState, st: TargetState) -> None:
     ok = shadow_h == target_h
     if not ok and not st.deletes_unmatched:
         # MERGE keeping unmatched rows: the window must hold every shadow row unchanged
-        res = reconcile(spec_for_target(ctx.plan, st.spec), shadow=shadow_df(ctx, st, parts),
-                        target=target_df(ctx, st, parts, st.promoted_version),
+        res = reconcile(spec_for_target(ctx.plan, st.spec),
+                        shadow=bucketed(ctx, shadow_df(ctx, st, parts)),
+                        target=bucketed(ctx, target_df(ctx, st, parts, st.promoted_version)),
                         partitions=list(parts), scope="verification")
         ok = res.preview is not None and res.preview.inserted == 0 and res.preview.changed == 0
     if not ok:

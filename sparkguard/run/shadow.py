@@ -25,7 +25,7 @@ def write_parts(ctx: RunContext, state: RunState, st: TargetState,
     df, views = transform(ctx, state, st, partitions, f"{st.spec.label}_{sid}")
     try:
         delta_ops.write_partitions(
-            df, st.shadow, ctx.window.pred(partitions), ctx.window.column,
+            df, st.shadow, ctx.window.pred(partitions), ctx.window.partition_by,
             metadata=delta_ops.user_metadata(state.run_id, ctx.fingerprint, "shadow_write",
                                              slice=sid))
     finally:

@@ -15,6 +15,7 @@ from sparkguard.plan.model import BackfillPlan, TargetSpec
 from sparkguard.plan.window import (
     AUTO_ROWS_PER_SLICE,
     plan_slices,
+    slice_setting,
     target_order,
     waves_of,
     window_partitions,
@@ -147,14 +148,15 @@ def build_stages(plan: BackfillPlan, options: RunOptions,
     partition, from the live guard) sizes ``auto`` slices and waves."""
     targets = _targets(plan)
     parts = window_partitions(plan)
-    setting = plan.execution.slice_partitions
+    setting = slice_setting(plan)
     slices = plan_slices(parts, setting, rows)
     waves = waves_of(slices, rows)
     labels = ", ".join(t.label for t in targets)
     workers = plan.execution.max_concurrent_slices
     sizing = (f"auto slices (~{AUTO_ROWS_PER_SLICE:,} source rows each"
               + ("" if rows is not None else ", sized from row counts at run time") + ")"
-              if setting == "auto" else f"{setting} partition(s) per slice")
+              if setting == "auto" else f"{setting} {'bucket' if plan.window_column else 'partition'}"
+              "(s) per slice")
     stages: list[Stage] = [
         Guard("static checks, approvals for this fingerprint, live checks (row counts)"),
         Lock(f"read the ledger once; resume or start a run; lock targets ({labels}); "

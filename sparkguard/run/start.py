@@ -90,7 +90,8 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState) -> None:
         start_versions={k: st.start_version for k, st in state.targets.items()},
         window={"column": w.column, "type": w.type.value,
                 "partitions": [str(x) for x in w.partitions],
-                "slices": len(w.slices), "waves": len(w.waves)},
+                "slices": len(w.slices), "waves": len(w.waves),
+                **({"predicate": w.pred(w.partitions)} if w.range is not None else {})},
         locks={t: what for t, (what, _h) in decisions.items()}, dry_run_claim=claim,
         took_over_locks_of=took_over or None)
     event = "started" if prev is None else "resumed"

@@ -196,6 +196,10 @@ CASES: list[tuple[str, Mutate, set[str]]] = [
     ("transform_unfilled", _set("targets.0.transform.sql",
                                 "SELECT order_id, {fill:amount} AS amount FROM {source}"),
      {"transform_unfilled"}),
+    ("window_not_exact", _both(
+        _set("partitioning", _DELETE), _set("affected_window.partitions", _DELETE),
+        _set("window_column", {"name": "order_date", "type": "date_hour", "hour_column": "hr"}),
+        _set("affected_window.start_utc", "2026-05-03T05:30:00Z")), {"window_not_exact"}),
     # the seed's write_strategy: merge, promoted by the default replace_where
     ("seed_text_contradicts", _both(_set("execution.write_strategy", "merge"),
                                     _set("targets.0.promotion", _DELETE)),
