@@ -12,7 +12,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 # never two Spark test runs at once on this 2-core machine
 SPARK_LOCK := /tmp/sparkguard-spark.lock
 
-.PHONY: install demo demo-connect test test-fast test-unit test-integration test-system lint bench bench-backfill bench-ledger reliability clean warm
+.PHONY: install demo demo-layouts demo-connect test test-fast test-unit test-integration test-system lint bench bench-backfill bench-ledger reliability clean warm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,11 @@ warm:
 demo: install
 	$(BIN)/python -m sparkguard.demo demo-lake
 	$(BIN)/spark-submit jobs/backfill.py --plan demo-lake/plan.yaml
+
+# One small lake per supported window layout (timestamp ranges, partial days, date + hour,
+# generated, unpartitioned, clustered): a backfill each, through spark-submit.
+demo-layouts: install
+	$(BIN)/python jobs/demo_layouts.py demo-layouts-lake
 
 # The demo through a local Spark Connect server (PySpark's own, with Delta from
 # conf/spark-defaults.conf): lake and backfill run as Connect clients (SPARK_REMOTE), the server
@@ -79,4 +84,4 @@ reliability: install
 	flock $(SPARK_LOCK) $(BIN)/python bench/reliability.py
 
 clean:
-	rm -rf demo-lake demo-lake-connect-logs spark-warehouse metastore_db derby.log .pytest_cache
+	rm -rf demo-lake demo-layouts-lake demo-lake-connect-logs spark-warehouse metastore_db derby.log .pytest_cache

@@ -1,0 +1,147 @@
+"""Windows as the plan states them, end to end on real Delta tables: every layout of
+sparkguard.layouts through the in-process runner (shadow, gates, promotion, verify), with the
+session time zone set to America/Los_Angeles; then rollback; bounds exact to the microsecond;
+rows outside a partial-day window untouched (same content, and same files where untouched)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkguard.layouts import LAYOUTS, build_layout, figures
+from sparkguard.plan import load_plan
+from sparkguard.run.evaluator import run_backfill
+from sparkguard.run.report import RunOutcome
+
+pytestmark = pytest.mark.spark
+LA = "America/Los_Angeles"
+
+
+@pytest.fixture
+def la_session(spark: Any) -> Iterator[Any]:
+    """The test session with its time zone set to Los Angeles (restored after)."""
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", LA)
+    try:
+        yield spark
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+
+
+def _run(spark: Any, plan: Path, lines: list[str] | None = None) -> RunOutcome:
+    root = plan.parent
+    return run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
+                        evidence_dir=str(root / "evidence"),
+                        out=lines.append if lines is not None else (lambda _m: None))
+
+
+def _target(spark: Any, root: Path) -> Any:
+    return spark.read.format("delta").load(str(root / "target" / "events"))
+
+
+# the layouts whose window is written without the session time zone (a generated
+# CAST(event_ts AS DATE) column is evaluated by Delta in the session zone: tested in UTC)
+_TZ_FREE = [n for n, lay in LAYOUTS.items() if not lay.generated_date]
+
+
+@pytest.mark.parametrize("name", _TZ_FREE)
+def test_layout_fixes_the_window_only_in_another_time_zone(la_session: Any, tmp_path: Path,
+                                                           name: str) -> None:
+    lay = LAYOUTS[name]
+    spark = la_session
+    plan = build_layout(spark, tmp_path / name, lay)
+    lines: list[str] = []
+    out = _run(spark, plan, lines)
+    assert out.exit_code == 0, "\n".join(lines[-30:])
+    f = figures(spark, tmp_path / name, lay)
+    assert f["window_rows_fixed"] > 0
+    assert f["outside_window_changed"] == 0
+    assert f["window_rows_wrong"] == 0
+    assert out.targets["events"].verified
+
+
+def test_generated_partition_column_is_pruned_by_the_timestamp_predicate(spark: Any,
+                                                                         tmp_path: Path) -> None:
+    from sparkguard.plan.window_spec import range_window
+
+    lay = LAYOUTS["generated_date"]
+    plan = build_layout(spark, tmp_path / "g", lay)
+    rw = range_window(load_plan(plan))
+    assert rw is not None
+    df = _target(spark, tmp_path / "g").filter(rw.predicate(rw.labels))
+    scan = df._jdf.queryExecution().executedPlan().toString()
+    # Delta derives a filter on the generated partition column from the timestamp predicate
+    assert "PartitionFilters: [" in scan and "event_date" in scan.split("PartitionFilters: [")[1]
+    out = _run(spark, plan)
+    assert out.exit_code == 0
+    f = figures(spark, tmp_path / "g", lay)
+    assert f["window_rows_fixed"] > 0 and f["outside_window_changed"] == 0
+    assert f["window_rows_wrong"] == 0
+
+
+def test_bounds_are_exact_to_the_microsecond(la_session: Any, tmp_path: Path) -> None:
+    """Rows 1 µs before start and at end stay as they were; rows at start and 1 µs before end
+    are replaced, in a session whose time zone is not UTC."""
+    spark = la_session
+    lay = LAYOUTS["timestamp_partial_day"]
+    root = tmp_path / "t"
+    out = _run(spark, build_layout(spark, root, lay))
+    assert out.exit_code == 0
+    us = dt.timedelta(microseconds=1)
+    rows = {r["m"]: r["note"] for r in _target(spark, root).selectExpr(
+        "unix_micros(event_ts) AS m", "note").collect()}
+    for t, inside in ((lay.start - us, False), (lay.start, True), (lay.start + us, True),
+                      (lay.end - us, True), (lay.end, False), (lay.end + us, False)):
+        t = (t - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // us  # type: ignore[assignment]
+        assert t in rows, t
+        assert rows[t].startswith("kept outside") is not inside, (t, rows[t])
+
+
+def test_partial_day_keeps_the_rest_of_the_day_and_its_untouched_files(spark: Any,
+                                                                       tmp_path: Path) -> None:
+    lay = LAYOUTS["timestamp_partial_day"]
+    root = tmp_path / "p"
+    plan = build_layout(spark, root, lay)
+    from sparkguard.plan.window_spec import range_window
+
+    rw = range_window(load_plan(plan))
+    assert rw is not None
+    pred = rw.predicate(rw.labels)
+    before = _target(spark, root)
+    touched = {r["f"] for r in before.filter(pred).select(
+        before["_metadata.file_path"].alias("f")).collect()}
+    before_files = {r["f"] for r in before.select(before["_metadata.file_path"].alias("f"))
+                    .distinct().collect()}
+    assert _run(spark, plan).exit_code == 0
+    after = _target(spark, root)
+    after_files = {r["f"] for r in after.select(after["_metadata.file_path"].alias("f"))
+                   .distinct().collect()}
+    # files holding no window row are kept as they were (same files), the others replaced
+    assert before_files - touched <= after_files
+    assert not touched & after_files
+    assert figures(spark, root, lay)["outside_window_changed"] == 0
+    # the same day's rows outside the window are still the target's, not the source's
+    day = after.filter("event_date = DATE'2026-03-10'")
+    assert day.filter(f"NOT ({pred})").filter("note LIKE 'kept outside%'").count() == \
+        day.filter(f"NOT ({pred})").count() > 0
+
+
+def test_rollback_restores_a_timestamp_window(spark: Any, tmp_path: Path) -> None:
+    from sparkguard.cli import main
+
+    lay = LAYOUTS["unpartitioned_merge"]
+    root = tmp_path / "r"
+    plan = build_layout(spark, root, lay)
+    before = _target(spark, root).collect()
+    out = _run(spark, plan)
+    assert out.exit_code == 0
+    assert sorted(map(tuple, _target(spark, root).collect()), key=str) != \
+        sorted(map(tuple, before), key=str)
+    code = main(["rollback", "--run-id", out.run_id, "--home", str(root / "_sg")])
+    assert code == 0
+    assert sorted(map(tuple, _target(spark, root).collect()), key=str) == \
+        sorted(map(tuple, before), key=str)
