@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from sparkguard.errors import EXIT_USAGE, SparkguardError
+from sparkguard.plan.window_spec import range_window
 from sparkguard.sql import restore_statement
 
 if TYPE_CHECKING:
+    from sparkguard.plan.model import BackfillPlan
     from sparkguard.run.report import RunReport
 
 __all__ = ["EvidenceError", "build_evidence", "load_evidence", "render_markdown", "write_evidence"]
@@ -119,7 +121,7 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
             "approvals_used": granted,
             "source": {"dataset": run.source, "version_read": run.source_version},
             "window": {"partition_column": run.partition_column,
-                       "partitions": list(run.partitions)},
+                       "partitions": list(run.partitions), **_range_of(plan)},
             "publish": {"paused_by_this_run": run.publish_paused},
             "gates": all_gates,
             "failed_gates": failed,
@@ -251,9 +253,25 @@ def _pct(value: float | None, signed: bool = False) -> str:
     return f"{value:+.3g}%" if signed else f"{value:.3g}%"
 
 
-def _window_text(column: str, partitions: list[str]) -> str:
+def _window_text(column: str, partitions: list[str], window: dict[str, Any] | None = None
+                 ) -> str:
     shown = partitions if len(partitions) <= 8 else [*partitions[:3], "...", *partitions[-2:]]
+    if window and window.get("range"):
+        lo, hi = window["range"]
+        return (f"`{column}` in [{lo}, {hi}) ({len(partitions)} {window['bucket']} bucket(s): "
+                f"{', '.join(shown)})")
     return f"`{column}` in {', '.join(shown)} ({len(partitions)} partition(s))"
+
+
+def _range_of(plan: BackfillPlan) -> dict[str, Any]:
+    """A ``window_column`` window's exact bounds and bucket grain (nothing for partitions)."""
+    rw = range_window(plan)
+    if rw is None:
+        return {}
+    w = plan.affected_window
+    assert w.start_utc is not None and w.end_utc is not None
+    return {"range": [w.start_utc.isoformat().replace("+00:00", "Z"),
+                      w.end_utc.isoformat().replace("+00:00", "Z")], "bucket": rw.grain}
 
 
 def _summary(data: dict[str, Any]) -> list[str]:
@@ -267,7 +285,8 @@ def _summary(data: dict[str, Any]) -> list[str]:
         ("Environment", rg["environment"]),
         ("Source of truth", f"`{sg['source']['dataset']}` read at version "
                             f"{sg['source']['version_read']}"),
-        ("Window", _window_text(sg["window"]["partition_column"], sg["window"]["partitions"])),
+        ("Window", _window_text(sg["window"]["partition_column"], sg["window"]["partitions"],
+                                sg["window"])),
         ("Approvals", approvals or "none"),
         ("Written at", sg["written_at"]),
     ]
