@@ -14,11 +14,19 @@ HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 
 
+LOCK: list[str] = []  # ["flock", PATH] with --lock PATH: each JVM waits for the lock
+
+
 def _python(*args: str) -> int:
-    return subprocess.call([sys.executable, "-m", "sparkguard.layouts", *args], cwd=HERE.parent)
+    return subprocess.call([*LOCK, sys.executable, "-m", "sparkguard.layouts", *args],
+                           cwd=HERE.parent)
 
 
 def main(argv: list[str]) -> int:
+    if "--lock" in argv:
+        i = argv.index("--lock")
+        LOCK[:] = ["flock", argv[i + 1]]
+        argv = argv[:i] + argv[i + 2:]
     root = Path(argv[0] if argv else "demo-layouts-lake").resolve()
     sys.path.insert(0, str(HERE.parent))
     from sparkguard.layouts import LAYOUTS
@@ -28,7 +36,7 @@ def main(argv: list[str]) -> int:
     exits = []
     env = dict(os.environ, SPARKGUARD_HOME="")
     for name in LAYOUTS:
-        code = subprocess.call([str(BIN / "spark-submit"), str(HERE / "backfill.py"), "--plan",
+        code = subprocess.call([*LOCK, str(BIN / "spark-submit"), str(HERE / "backfill.py"), "--plan",
                                 str(root / name / "plan.yaml")], env=env, cwd=HERE.parent,
                                stdout=subprocess.DEVNULL)
         print(f"# {name}: spark-submit jobs/backfill.py exited {code} "
