@@ -109,19 +109,20 @@ def _row(lay: Layout, i: int, t: dt.datetime) -> tuple[Any, ...]:
 
 
 def _create(spark: SparkSession, lay: Layout, path: Path) -> None:
-    """An empty Delta table of the layout at ``path``."""
-    cols = []
+    """An empty Delta table of the layout at ``path`` (generated column, partitioning or
+    clustering as the layout says)."""
+    from delta.tables import DeltaTable
+
+    builder = DeltaTable.create(spark).location(str(path))
     for f in _schema(lay).fields:
-        col = f"`{f.name}` {f.dataType.simpleString().upper()}"
-        if f.name == "event_date" and lay.generated_date:
-            col += " GENERATED ALWAYS AS (CAST(event_ts AS DATE))"
-        cols.append(col + ("" if f.nullable else " NOT NULL"))
-    ddl = f"CREATE TABLE delta.`{path}` ({', '.join(cols)}) USING delta"
+        gen = "CAST(event_ts AS DATE)" if f.name == "event_date" and lay.generated_date else None
+        builder = builder.addColumn(f.name, f.dataType, nullable=f.nullable,
+                                    generatedAlwaysAs=gen)
     if lay.partitioned_by:
-        ddl += f" PARTITIONED BY ({', '.join(lay.partitioned_by)})"
+        builder = builder.partitionedBy(*lay.partitioned_by)
     if lay.cluster_by:
-        ddl += f" CLUSTER BY ({', '.join(lay.cluster_by)})"
-    spark.sql(ddl)
+        builder = builder.clusterBy(*lay.cluster_by)
+    builder.execute()
 
 
 def _append(spark: SparkSession, lay: Layout, path: Path, rows: list[tuple[Any, ...]]) -> None:

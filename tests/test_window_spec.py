@@ -164,3 +164,15 @@ def test_example_plan_loads_and_passes_the_static_guard(name: str) -> None:
 
 def test_every_layout_has_an_example() -> None:
     assert {p.stem for p in EXAMPLES.glob("*.yaml")} == set(LAYOUTS)
+
+
+def test_evidence_names_the_exact_range_and_the_bucket_grain() -> None:
+    from sparkguard.evidence import _range_of, _window_text
+
+    plan = _plan(affected_window__end_utc="2026-03-10T09:30:00.000007Z")
+    window = {"partition_column": "event_ts", "partitions": ["2026-03-10T05"], **_range_of(plan)}
+    assert window["range"] == ["2026-03-10T05:00:00Z", "2026-03-10T09:30:00.000007Z"]
+    assert _window_text("event_ts", ["2026-03-10T05"], window) == (
+        "`event_ts` in [2026-03-10T05:00:00Z, 2026-03-10T09:30:00.000007Z) "
+        "(1 hour bucket(s): 2026-03-10T05)")
+    assert _range_of(load_plan_dict(layout_plan(LAYOUTS["date_partitions"], Path("/l")))) == {}
