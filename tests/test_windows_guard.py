@@ -21,10 +21,10 @@ def test_rewrites_most_gives_the_figures_past_half_the_files_or_bytes() -> None:
     assert rewrites_most(0, 0, 0, 0) is None
 
 
-def _live(spark: Any, root: Path, name: str, **window: Any) -> list[Any]:
+def _live(spark: Any, root: Path, layout: str, **window: Any) -> list[Any]:
     from sparkguard.guard_live import live_findings
 
-    data = layout_plan(LAYOUTS[name], root)
+    data = layout_plan(LAYOUTS[layout], root)
     data["backfill_plan"]["window_column"].update(window)
     return live_findings(spark, load_plan_dict(data))
 
