@@ -1,4 +1,6 @@
-"""``make demo-layouts``: per supported window layout, build a small lake with a defect inside
+"""``make demo-layouts``: ``python jobs/demo_layouts.py [ROOT [LAYOUT ...]] [--lock PATH]``.
+
+Per supported window layout (default all), build a small lake with a defect inside
 the window, run ``spark-submit jobs/backfill.py --plan ...`` on it, and print what it fixed.
 
 One JVM at a time: the lakes are built in one, each backfill runs in its own spark-submit, and
@@ -31,11 +33,16 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(HERE.parent))
     from sparkguard.layouts import LAYOUTS
 
-    if _python("build", str(root)) != 0:
+    names = argv[1:] or list(LAYOUTS)  # the layouts to run (default all)
+    unknown = sorted(set(names) - set(LAYOUTS))
+    if unknown:
+        print(f"unknown layout(s) {unknown}; choose from {list(LAYOUTS)}", file=sys.stderr)
+        return 2
+    if _python("build", str(root), *names) != 0:
         return 3
     exits = []
     env = dict(os.environ, SPARKGUARD_HOME="")
-    for name in LAYOUTS:
+    for name in names:
         code = subprocess.call([*LOCK, str(BIN / "spark-submit"), str(HERE / "backfill.py"), "--plan",
                                 str(root / name / "plan.yaml")], env=env, cwd=HERE.parent,
                                stdout=subprocess.DEVNULL)
