@@ -19,7 +19,7 @@ from sparkguard.plan.fingerprint import fingerprint
 from sparkguard.plan.window import plan_slices, slice_setting, window_partitions
 from sparkguard.plan.window_spec import range_window, window_problems
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "templates" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "templates" / "examples"
 
 
 def _plan(name: str = "timestamp_partial_day", **changes: Any) -> Any:
