@@ -8,9 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_demo_layouts_prints_a_line_per_layout_and_all_passed(tmp_path: Path) -> None:
     names = ["timestamp_partial_day", "date_hour"]
     proc = subprocess.run([sys.executable, "jobs/demo_layouts.py", str(tmp_path / "lake"),
