@@ -41,13 +41,19 @@ def main(argv: list[str]) -> int:
     if _python("build", str(root), *names) != 0:
         return 3
     exits = []
+    from sparkguard.session import submit_conf_dir
+
+    # as `make` exports them: Delta's conf for spark-submit, this venv's Python for the driver
     env = dict(os.environ, SPARKGUARD_HOME="")
+    env.setdefault("SPARK_CONF_DIR", str(submit_conf_dir(HERE.parent / "conf")))
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
     for name in names:
         code = subprocess.call([*LOCK, str(BIN / "spark-submit"), str(HERE / "backfill.py"), "--plan",
                                 str(root / name / "plan.yaml")], env=env, cwd=HERE.parent,
-                               stdout=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         print(f"# {name}: spark-submit jobs/backfill.py exited {code} "
-              f"(evidence under {root / name / 'evidence'})", flush=True)
+              f"(evidence under {root / name / 'evidence'}, ledger under "
+              f"{root / name / '_sparkguard'})", flush=True)
         exits.append(f"{name}={code}")
     return _python("check", str(root), *exits)
 
