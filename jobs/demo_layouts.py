@@ -48,12 +48,13 @@ def main(argv: list[str]) -> int:
     env.setdefault("SPARK_CONF_DIR", str(submit_conf_dir(HERE.parent / "conf")))
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     for name in names:
-        code = subprocess.call([*LOCK, str(BIN / "spark-submit"), str(HERE / "backfill.py"), "--plan",
-                                str(root / name / "plan.yaml")], env=env, cwd=HERE.parent,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        print(f"# {name}: spark-submit jobs/backfill.py exited {code} "
-              f"(evidence under {root / name / 'evidence'}, ledger under "
-              f"{root / name / '_sparkguard'})", flush=True)
+        log = root / name / "backfill.log"
+        with log.open("w", encoding="utf-8") as out:
+            code = subprocess.call([*LOCK, str(BIN / "spark-submit"), str(HERE / "backfill.py"),
+                                    "--plan", str(root / name / "plan.yaml")], env=env,
+                                   cwd=HERE.parent, stdout=out, stderr=subprocess.STDOUT)
+        print(f"# {name}: spark-submit jobs/backfill.py exited {code} (output in {log})",
+              flush=True)
         exits.append(f"{name}={code}")
     return _python("check", str(root), *exits)
 
