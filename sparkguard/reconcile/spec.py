@@ -94,6 +94,8 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
             cols = tuple(check.key_columns or target.business_keys)
             if set(cols) | {pcol} == grouping:
                 dup = thr
+                if plan.window_column is not None:  # a key repeated in two buckets counts too
+                    extra_dups.append(cols)
             else:
                 extra_dups.append(cols)
                 dup = dup or thr

@@ -151,3 +151,38 @@ def test_rollback_restores_a_timestamp_window(spark: Any, tmp_path: Path) -> Non
     code = main(["rollback", "--run-id", out.run_id, "--home", str(root / "_sg")])
     assert code == 0
     assert differs() == 0
+
+
+def test_a_key_repeated_in_another_bucket_fails_the_duplicate_gate(spark: Any,
+                                                                  tmp_path: Path) -> None:
+    """The last event of the window recomputed with the first event's id (another hour bucket,
+    same row count, same amounts) is a duplicate key: the run stops before promotion, the
+    evidence names the window-wide duplicate gate and the target keeps its version."""
+    import yaml
+
+    from sparkguard.approve import record_approval
+
+    lay = LAYOUTS["timestamp_partial_day"]
+    root = tmp_path / "dup"
+    plan = build_layout(spark, root, lay, approve=False)
+    doc = yaml.safe_load(plan.read_text(encoding="utf-8"))
+    target = doc["backfill_plan"]["targets"][0]
+    ids = "(SELECT {f}(event_id) FROM {{source}} WHERE {{window}})"
+    collide = (f"CASE WHEN event_id = {ids.format(f='max')} THEN {ids.format(f='min')} "
+               "ELSE event_id END AS `event_id`")
+    target["transform"]["sql"] = target["transform"]["sql"].replace("`event_id`", collide, 1)
+    plan.write_text(yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
+    record_approval(plan, "data-platform-owner", "alice@example.com")
+    tgt = root / "target" / "events"
+    before = spark.sql(f"DESCRIBE HISTORY delta.`{tgt}` LIMIT 1").first()["version"]
+    lines: list[str] = []
+    out = _run(spark, plan, lines)
+    assert out.exit_code == 1, "\n".join(lines[-30:])
+    assert out.evidence_path is not None
+    evidence = yaml.safe_load(Path(out.evidence_path).read_text(encoding="utf-8"))
+    failed = {g["gate"] for t in evidence["sparkguard"]["targets"]
+              for part in t.values() if isinstance(part, dict)
+              for g in part.get("gates", []) if not g.get("passed")}
+    assert "duplicate_check[event_id]" in failed, failed
+    assert not {"row_count_parity", "metric_reconciliation[amount_total]"} & failed, failed
+    assert spark.sql(f"DESCRIBE HISTORY delta.`{tgt}` LIMIT 1").first()["version"] == before

@@ -176,3 +176,16 @@ def test_evidence_names_the_exact_range_and_the_bucket_grain() -> None:
         "`event_ts` in [2026-03-10T05:00:00Z, 2026-03-10T09:30:00.000007Z) "
         "(1 hour bucket(s): 2026-03-10T05)")
     assert _range_of(load_plan_dict(layout_plan(LAYOUTS["date_partitions"], Path("/l")))) == {}
+
+
+def test_a_time_range_window_checks_business_keys_across_buckets() -> None:
+    """Buckets are reporting units, not key scopes: the same event_id at 05:59 and 06:01 (a
+    replayed event) is a duplicate; a partition-value window keeps keys per partition."""
+    from sparkguard.reconcile.spec import spec_for_target
+
+    plan = load_plan_dict(layout_plan(LAYOUTS["timestamp_partial_day"], Path("/lake")))
+    spec = spec_for_target(plan, plan.target_specs()[0])
+    assert spec.duplicate_check is not None
+    assert spec.extra_duplicate_keys == (("event_id",),)
+    by_date = load_plan_dict(layout_plan(LAYOUTS["date_partitions"], Path("/lake")))
+    assert spec_for_target(by_date, by_date.target_specs()[0]).extra_duplicate_keys == ()
