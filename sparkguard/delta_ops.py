@@ -19,15 +19,17 @@ from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from sparkguard import compat
 from sparkguard.sql import (
     TableRef,
+    changed_condition,
     describe_detail_statement,
     describe_history_statement,
     merge_condition,
     merge_statement,
+    quote_column,
     restore_statement,
 )
 
@@ -458,37 +460,58 @@ def promote_replace_where(df: DataFrame, ref: TableRef, predicate: str, metadata
         writer.saveAsTable(ref.name)
 
 
+def _has_map(dtype: DataType) -> bool:
+    """Whether a type holds a map anywhere (maps cannot be compared with ``<=>``)."""
+    if isinstance(dtype, MapType):
+        return True
+    if isinstance(dtype, ArrayType):
+        return _has_map(dtype.elementType)
+    if isinstance(dtype, StructType):
+        return any(_has_map(f.dataType) for f in dtype.fields)
+    return False
+
+
 def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequence[str],
                   window_predicate_target: str, delete_unmatched: bool, metadata: str,
-                  txn: tuple[str, int] | None = None) -> None:
+                  txn: tuple[str, int] | None = None, changed_only: bool = False) -> None:
     """Promote the window in one MERGE commit on the business keys.
 
     ``window_predicate_target`` is the window predicate qualified with alias ``t``; it bounds
     both matching and, when ``delete_unmatched``, the deletion of rows the recomputation no
-    longer produces, so rows outside the window are never touched. ``txn`` sets Delta's
-    ``write.txnAppId``/``write.txnVersion`` for the statement (a repeat is a no-op); they and the
-    userMetadata are set in an isolated session, never on ``spark`` (Spark Connect, which has
-    no isolated sessions, excepted).
+    longer produces, so rows outside the window are never touched. With ``changed_only`` a
+    matched row is updated only when a non-key column differs (null-safe: null = null, NaN =
+    NaN), so unchanged rows are neither rewritten nor reported by the change data feed.
+    ``txn`` sets Delta's ``write.txnAppId``/``write.txnVersion`` for the statement (a repeat is
+    a no-op); they and the userMetadata are set in an isolated session, never on ``spark``
+    (Spark Connect, which has no isolated sessions, excepted).
     """
     confs = {_USER_METADATA_CONF: metadata}
     if txn is not None:
         confs |= {_TXN_APP_CONF: txn[0], _TXN_VERSION_CONF: str(txn[1])}
+    cols = df.columns
+    compared = [f for f in df.schema.fields if f.name not in set(keys)]
+    update_cond: str | None = None
+    if changed_only and compared:
+        update_cond = changed_condition([f.name for f in compared],
+                                        [f.name for f in compared if _has_map(f.dataType)])
+    update = not changed_only or bool(compared)
     if compat.is_connect(spark):  # the DeltaTable merge builder needs Delta's server plugin
         view = f"sparkguard_merge_{uuid.uuid4().hex}"
         df.createOrReplaceTempView(view)
         try:
             with _session_confs(spark, confs):
-                spark.sql(merge_statement(ref, view, keys, df.columns, window_predicate_target,
-                                          delete_unmatched))
+                spark.sql(merge_statement(ref, view, keys, cols, window_predicate_target,
+                                          delete_unmatched, update_cond, update))
         finally:
             spark.catalog.dropTempView(view)
         return
-    cols = df.columns
     cond = f"({merge_condition(keys)}) AND {window_predicate_target}"
+    sets = {quote_column(c): f"`s`.{quote_column(c)}" for c in cols}
     with isolated_session(spark, confs) as iso:  # MERGE takes these only from session confs
-        builder = (_delta(iso, ref).alias("t").merge(df.alias("s"), cond)
-                   .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in cols})
-                   .whenNotMatchedInsert(values={f"`{c}`": f"s.`{c}`" for c in cols}))
+        builder = _delta(iso, ref).alias("t").merge(df.alias("s"), cond)
+        if update:
+            builder = builder.whenMatchedUpdate(condition=update_cond, set=sets)
+        builder = builder.whenNotMatchedInsert(values=sets)
         if delete_unmatched:
             builder = builder.whenNotMatchedBySourceDelete(condition=window_predicate_target)
         builder.execute()

@@ -514,6 +514,8 @@ def _seed_text(plan: BackfillPlan, c: _Collector) -> None:
         return
     promos = {t.promotion for t in specs}
     actual = " and ".join(sorted(p.value for p in promos))
+    if Promotion.MERGE_CHANGED in promos:  # a merge too, as far as the seed's words go
+        promos = promos | {Promotion.MERGE}
     defaulted = " (the default when promotion is not set)" if Promotion.REPLACE_WHERE in promos \
         else ""
     mode = plan.execution.mode

@@ -17,6 +17,7 @@ __all__ = [
     "PartitionType",
     "TableRef",
     "UnsafeSQLError",
+    "changed_condition",
     "check_expression",
     "describe_detail_statement",
     "describe_history_statement",
@@ -201,14 +202,36 @@ def quote_column(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def changed_condition(columns: Sequence[str], json_columns: Iterable[str] = (),
+                      target_alias: str = "t", source_alias: str = "s") -> str:
+    """True when any of ``columns`` differs between a matched target and source row:
+    ``NOT (t.`c1` <=> s.`c1` AND ...)``, null-safe (null = null, NaN = NaN in Spark).
+
+    Columns in ``json_columns`` (those holding a map, which ``<=>`` cannot compare) are compared
+    as their JSON text; a map whose entries merely come in another order then counts as changed.
+    """
+    if not columns:
+        raise UnsafeSQLError("a change condition needs at least one column")
+    ta, sa = quote_identifier(target_alias), quote_identifier(source_alias)
+    as_json = set(json_columns)
+    terms = []
+    for c in columns:
+        t, s = f"{ta}.{quote_column(c)}", f"{sa}.{quote_column(c)}"
+        terms.append(f"to_json({t}) <=> to_json({s})" if c in as_json else f"{t} <=> {s}")
+    return f"NOT ({' AND '.join(terms)})"
+
+
 def merge_statement(table: TableRef, source_view: str, keys: Sequence[str], columns: Sequence[str],
-                    window_predicate_target: str, delete_unmatched: bool) -> str:
+                    window_predicate_target: str, delete_unmatched: bool,
+                    update_condition: str | None = None, update: bool = True) -> str:
     """``MERGE INTO`` the target (alias ``t``) from a temp view (alias ``s``) on the business keys.
 
     Matching and, with ``delete_unmatched``, deleting are both bounded by
     ``window_predicate_target`` (a predicate over ``t``, from :func:`window_predicate` with
     alias ``t``), so rows outside the window are never touched. Every column of the source is
-    updated or inserted by name.
+    updated or inserted by name; with ``update_condition`` (see :func:`changed_condition`) only
+    the matched rows meeting it are updated, and with ``update=False`` none are (every column is
+    a key: a matched row cannot differ).
     """
     if not columns:
         raise UnsafeSQLError("a merge needs at least one column")
@@ -216,10 +239,12 @@ def merge_statement(table: TableRef, source_view: str, keys: Sequence[str], colu
     sets = ", ".join(f"`t`.{c} = `s`.{c}" for c in cols)
     lines = [f"MERGE INTO {table.sql} AS `t`",
              f"USING {quote_identifier(source_view)} AS `s`",
-             f"ON ({merge_condition(keys)}) AND {window_predicate_target}",
-             f"WHEN MATCHED THEN UPDATE SET {sets}",
-             f"WHEN NOT MATCHED THEN INSERT ({', '.join(cols)}) "
-             f"VALUES ({', '.join(f'`s`.{c}' for c in cols)})"]
+             f"ON ({merge_condition(keys)}) AND {window_predicate_target}"]
+    if update:
+        when = f" AND {update_condition}" if update_condition else ""
+        lines.append(f"WHEN MATCHED{when} THEN UPDATE SET {sets}")
+    lines.append(f"WHEN NOT MATCHED THEN INSERT ({', '.join(cols)}) "
+                 f"VALUES ({', '.join(f'`s`.{c}' for c in cols)})")
     if delete_unmatched:
         lines.append(f"WHEN NOT MATCHED BY SOURCE AND {window_predicate_target} THEN DELETE")
     return "\n".join(lines)
