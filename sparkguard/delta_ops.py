@@ -17,7 +17,7 @@ import delta.exceptions.captured  # noqa: F401  (makes pyspark raise Delta's con
 from delta.exceptions import base as delta_exception_types
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
@@ -506,7 +506,7 @@ def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Seque
             spark.catalog.dropTempView(view)
         return
     cond = f"({merge_condition(keys)}) AND {window_predicate_target}"
-    sets = {quote_column(c): f"`s`.{quote_column(c)}" for c in cols}
+    sets: dict[str, str | Column] = {quote_column(c): f"`s`.{quote_column(c)}" for c in cols}
     with isolated_session(spark, confs) as iso:  # MERGE takes these only from session confs
         builder = _delta(iso, ref).alias("t").merge(df.alias("s"), cond)
         if update:
