@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from sparkguard.errors import EXIT_USAGE, SparkguardError
-from sparkguard.plan.model import Promotion
+from sparkguard.plan.model import BackfillPlan, Promotion, TargetSpec
 from sparkguard.sql import restore_statement
 
 if TYPE_CHECKING:
@@ -39,6 +39,16 @@ def change_applied(preview: dict[str, Any] | None, promotion: Promotion,
             "updated": int(preview["changed"]),
             "unchanged_rewritten": (0 if promotion is Promotion.MERGE_CHANGED
                                     else int(preview["unchanged"]))}
+
+
+def _target_checks(plan: BackfillPlan, t: TargetSpec) -> dict[str, Any]:
+    """The checks one target is gated by and what they compare its shadow with."""
+    ref = t.validation.reference if t.validation else None
+    return {"target": t.label,
+            "own_checks": bool(t.validation and t.validation.checks),
+            "reference": ref.model_dump(mode="json", exclude_none=True) if ref else None,
+            "checks": [c.model_dump(mode="json", exclude_none=True)
+                       for c in plan.checks_for(t)]}
 
 
 def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> dict[str, Any]:
@@ -135,7 +145,8 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
             "plan": {"name": plan.name, "path": run.plan_path, "fingerprint": run.fingerprint,
                      "reason": plan.reason,
                      "checks": [c.model_dump(mode="json", exclude_none=True)
-                                for c in plan.validation.checks]},
+                                for c in plan.validation.checks],
+                     "target_checks": [_target_checks(plan, t) for t in plan.target_specs()]},
             "chart": None,
             "approvals_used": granted,
             "source": {"dataset": run.source, "version_read": run.source_version},
@@ -369,6 +380,15 @@ def _target(data: dict[str, Any], t: dict[str, Any]) -> list[str]:
                      f"{_yes(t['restored_after_failure'])}")
     else:
         lines.append("- Not promoted: the target was left as it was")
+    tc = next((x for x in data["sparkguard"]["plan"].get("target_checks") or []
+               if x["target"] == t["name"]), None)
+    if tc is not None:
+        ref = tc["reference"]
+        against = ("the source of truth" if not ref else
+                   f"its reference {_code(' '.join(str(ref.get('sql') or ref.get('callable')).split()))}")
+        which = "its own" if tc["own_checks"] else "the plan's"
+        names = ", ".join(c.get("metric") or c["type"] for c in tc["checks"])
+        lines.append(f"- Checks: {which} ({_cell(names)}), against {against}")
     if rb.get("version_before_promotion") is not None:
         lines.append(f"- Rollback point: version {rb['version_before_promotion']}")
     if rb.get("rollback_command"):
