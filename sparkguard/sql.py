@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 __all__ = [
+    "CHANGE_OP",
     "IDENTIFIER_RE",
     "PartitionType",
     "TableRef",
@@ -21,6 +22,7 @@ __all__ = [
     "check_expression",
     "describe_detail_statement",
     "describe_history_statement",
+    "merge_changes_statement",
     "merge_condition",
     "merge_statement",
     "parse_partition_value",
@@ -222,16 +224,13 @@ def changed_condition(columns: Sequence[str], json_columns: Iterable[str] = (),
 
 
 def merge_statement(table: TableRef, source_view: str, keys: Sequence[str], columns: Sequence[str],
-                    window_predicate_target: str, delete_unmatched: bool,
-                    update_condition: str | None = None, update: bool = True) -> str:
+                    window_predicate_target: str, delete_unmatched: bool) -> str:
     """``MERGE INTO`` the target (alias ``t``) from a temp view (alias ``s``) on the business keys.
 
     Matching and, with ``delete_unmatched``, deleting are both bounded by
     ``window_predicate_target`` (a predicate over ``t``, from :func:`window_predicate` with
     alias ``t``), so rows outside the window are never touched. Every column of the source is
-    updated or inserted by name; with ``update_condition`` (see :func:`changed_condition`) only
-    the matched rows meeting it are updated, and with ``update=False`` none are (every column is
-    a key: a matched row cannot differ).
+    updated or inserted by name.
     """
     if not columns:
         raise UnsafeSQLError("a merge needs at least one column")
@@ -239,15 +238,40 @@ def merge_statement(table: TableRef, source_view: str, keys: Sequence[str], colu
     sets = ", ".join(f"`t`.{c} = `s`.{c}" for c in cols)
     lines = [f"MERGE INTO {table.sql} AS `t`",
              f"USING {quote_identifier(source_view)} AS `s`",
-             f"ON ({merge_condition(keys)}) AND {window_predicate_target}"]
-    if update:
-        when = f" AND {update_condition}" if update_condition else ""
-        lines.append(f"WHEN MATCHED{when} THEN UPDATE SET {sets}")
-    lines.append(f"WHEN NOT MATCHED THEN INSERT ({', '.join(cols)}) "
-                 f"VALUES ({', '.join(f'`s`.{c}' for c in cols)})")
+             f"ON ({merge_condition(keys)}) AND {window_predicate_target}",
+             f"WHEN MATCHED THEN UPDATE SET {sets}",
+             f"WHEN NOT MATCHED THEN INSERT ({', '.join(cols)}) "
+             f"VALUES ({', '.join(f'`s`.{c}' for c in cols)})"]
     if delete_unmatched:
         lines.append(f"WHEN NOT MATCHED BY SOURCE AND {window_predicate_target} THEN DELETE")
     return "\n".join(lines)
+
+
+CHANGE_OP = "__sg_op"  # the change-only MERGE's source column: I(nsert), U(pdate), D(elete)
+
+
+def merge_changes_statement(table: TableRef, source_view: str, keys: Sequence[str],
+                            columns: Sequence[str], window_predicate_target: str) -> str:
+    """``MERGE INTO`` the target (alias ``t``) from a view holding only the changes (alias
+    ``s``): each row carries :data:`CHANGE_OP` ``'I'``, ``'U'`` or ``'D'``.
+
+    No ``NOT MATCHED BY SOURCE`` clause: the target rows matched are only those to update or
+    delete, so Delta rewrites (or, with deletion vectors, marks) only the files holding them, and
+    prunes the rest of the table with the window bound of the ``ON`` condition.
+    """
+    if not columns:
+        raise UnsafeSQLError("a merge needs at least one column")
+    cols = [quote_column(c) for c in columns]
+    op = f"`s`.{quote_column(CHANGE_OP)}"
+    sets = ", ".join(f"`t`.{c} = `s`.{c}" for c in cols)
+    return "\n".join([
+        f"MERGE INTO {table.sql} AS `t`",
+        f"USING {quote_identifier(source_view)} AS `s`",
+        f"ON ({merge_condition(keys)}) AND {window_predicate_target}",
+        f"WHEN MATCHED AND {op} = 'D' THEN DELETE",
+        f"WHEN MATCHED AND {op} = 'U' THEN UPDATE SET {sets}",
+        f"WHEN NOT MATCHED AND {op} = 'I' THEN INSERT ({', '.join(cols)}) "
+        f"VALUES ({', '.join(f'`s`.{c}' for c in cols)})"])
 
 
 def check_expression(expr: str) -> str:

@@ -80,6 +80,12 @@ def _changes(spark: Any, ref: TableRef, version: int) -> dict[str, list[int]]:
     return {kind: sorted(keys) for kind, keys in out.items()}
 
 
+def _metrics(spark: Any, ref: TableRef, version: int) -> dict[str, int]:
+    commit = delta_ops.history(spark, ref).filter(f"version = {version}").first()
+    assert commit is not None
+    return {k: int(v) for k, v in commit["operationMetrics"].items() if v.isdigit()}
+
+
 def _rows(df: DataFrame) -> list[tuple[Any, ...]]:
     """Rows as comparable tuples (NaN as a marker, since NaN != NaN in Python)."""
     def norm(v: Any) -> Any:
@@ -106,8 +112,14 @@ def test_change_feed_holds_exactly_the_preview(spark: Any, lake: Path, unmatched
     # the preview's own view of the data shapes: null -> null, NaN -> NaN, -0.0 -> 0.0 unchanged
     assert (preview.inserted, preview.deleted, preview.changed, preview.unchanged) == (2, 1, 4, 3)
 
+    outside = set(delta_ops.read_table(spark, ref).filter("p = DATE'2026-05-01'").inputFiles())
     version = _promote(spark, ref, shadow, delete=unmatched == "delete")
     assert version == before_version + 1  # one commit
+    m = _metrics(spark, ref, version)
+    # only the two window files holding changes are rewritten, copying their 3 unchanged rows
+    assert (m["numTargetFilesRemoved"], m["numTargetRowsCopied"]) == (2, 3)
+    assert set(delta_ops.read_table(spark, ref).filter("p = DATE'2026-05-01'")
+               .inputFiles()) == outside
     feed = _changes(spark, ref, version)
     expected = {"insert": [10, 11], "update_preimage": [3, 4, 5, 8],
                 "update_postimage": [3, 4, 5, 8]}
@@ -141,11 +153,9 @@ def test_nothing_changed_writes_no_row(spark: Any, lake: Path) -> None:
     same = spark.createDataFrame([r for r in BEFORE if r[1] != OUT], SCHEMA)
     version = _promote(spark, ref, same, delete=True)
     assert _changes(spark, ref, version) == {}
-    metrics = delta_ops.history(spark, ref).filter(f"version = {version}").first()
-    assert metrics is not None
-    print(dict(metrics["operationMetrics"]))
-    assert int(metrics["operationMetrics"]["numTargetRowsUpdated"]) == 0
-    assert int(metrics["operationMetrics"].get("numTargetFilesAdded", "0")) == 0
+    m = _metrics(spark, ref, version)
+    assert m["numTargetRowsUpdated"] == m["numTargetRowsCopied"] == 0
+    assert m.get("numTargetFilesAdded", 0) == m.get("numTargetFilesRemoved", 0) == 0
 
 
 def test_only_keys_no_other_column(spark: Any, lake: Path) -> None:
@@ -162,16 +172,19 @@ def test_only_keys_no_other_column(spark: Any, lake: Path) -> None:
 
 def test_backquotes_and_dots_in_column_names(spark: Any, lake: Path) -> None:
     """The MERGE itself takes any column name Delta allows (a backquote, a dot); the
-    reconciliation engine reads columns by plain name, so such names stop a run earlier."""
+    reconciliation engine reads columns by plain name, so such names stop a run earlier. (No
+    change data feed here: Delta 4.0's CDF writer fails on a backquote in a column name.)"""
     schema = T.StructType([T.StructField("k", T.IntegerType()), T.StructField("p", T.DateType()),
                            T.StructField("we`ird.name", T.StringType())])
     path = str(lake / "odd")
     (spark.createDataFrame([(1, D1, "a"), (2, D1, "b"), (3, D1, None)], schema).write
-     .format("delta").option("delta.enableChangeDataFeed", "true").save(path))
+     .format("delta").save(path))
     ref = TableRef(path=path)
     new = spark.createDataFrame([(1, D1, "a"), (2, D1, "B"), (3, D1, None)], schema)
     version = _promote(spark, ref, new, delete=True)
-    assert _changes(spark, ref, version) == {"update_preimage": [2], "update_postimage": [2]}
+    m = _metrics(spark, ref, version)
+    assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"], m["numTargetRowsDeleted"]) \
+        == (1, 0, 0)
     assert _rows(delta_ops.read_table(spark, ref)) == _rows(new)
 
 
@@ -185,9 +198,7 @@ def test_deletion_vectors_verify_and_restore(spark: Any, lake: Path) -> None:
     shadow = spark.createDataFrame(new, SCHEMA)
     version = _promote(spark, ref, shadow, delete=True)
 
-    commit = delta_ops.history(spark, ref).filter(f"version = {version}").first()
-    assert commit is not None
-    m = {k: int(v) for k, v in commit["operationMetrics"].items() if v.isdigit()}
+    m = _metrics(spark, ref, version)
     assert m["numTargetRowsUpdated"] == 20 and m["numTargetRowsDeleted"] == 1
     assert m["numTargetRowsInserted"] == 1
     assert m["numTargetDeletionVectorsAdded"] >= 1  # rows marked deleted, files kept

@@ -9,7 +9,7 @@ from sparkguard.sql import (
     TableRef,
     UnsafeSQLError,
     changed_condition,
-    merge_statement,
+    merge_changes_statement,
     window_predicate,
 )
 
@@ -26,22 +26,24 @@ def test_changed_condition_quotes_odd_names_and_compares_maps_as_json() -> None:
         changed_condition([])
 
 
-def test_merge_statement_with_an_update_condition() -> None:
+def test_merge_changes_statement_exact_text() -> None:
     window = window_predicate("d", PartitionType.DATE, ["2026-05-02"], alias="t")
-    sql = merge_statement(TableRef.parse("/lake/t"), "v", ["k"], ["k", "d", "x"], window,
-                          delete_unmatched=True, update_condition=changed_condition(["d", "x"]))
+    sql = merge_changes_statement(TableRef.parse("/lake/t"), "v", ["k"], ["k", "d", "x"], window)
     assert sql.splitlines() == [
         "MERGE INTO delta.`/lake/t` AS `t`",
         "USING `v` AS `s`",
         "ON (`t`.`k` <=> `s`.`k`) AND `t`.`d` IN (DATE'2026-05-02')",
-        "WHEN MATCHED AND NOT (`t`.`d` <=> `s`.`d` AND `t`.`x` <=> `s`.`x`) THEN UPDATE SET "
+        "WHEN MATCHED AND `s`.`__sg_op` = 'D' THEN DELETE",
+        "WHEN MATCHED AND `s`.`__sg_op` = 'U' THEN UPDATE SET "
         "`t`.`k` = `s`.`k`, `t`.`d` = `s`.`d`, `t`.`x` = `s`.`x`",
-        "WHEN NOT MATCHED THEN INSERT (`k`, `d`, `x`) VALUES (`s`.`k`, `s`.`d`, `s`.`x`)",
-        "WHEN NOT MATCHED BY SOURCE AND `t`.`d` IN (DATE'2026-05-02') THEN DELETE"]
+        "WHEN NOT MATCHED AND `s`.`__sg_op` = 'I' THEN INSERT (`k`, `d`, `x`) "
+        "VALUES (`s`.`k`, `s`.`d`, `s`.`x`)"]
+    assert "NOT MATCHED BY SOURCE" not in sql  # it would stop Delta pruning the target's files
 
 
-def test_merge_statement_without_update_when_every_column_is_a_key() -> None:
+def test_merge_changes_statement_refuses_hostile_names() -> None:
     window = window_predicate("d", PartitionType.DATE, ["2026-05-02"], alias="t")
-    sql = merge_statement(TableRef.parse("t"), "v", ["k"], ["k"], window,
-                          delete_unmatched=False, update=False)
-    assert "WHEN MATCHED" not in sql and "WHEN NOT MATCHED THEN INSERT" in sql
+    with pytest.raises(UnsafeSQLError):
+        merge_changes_statement(TableRef.parse("t"), "v; DROP", ["k"], ["k"], window)
+    with pytest.raises(UnsafeSQLError):
+        merge_changes_statement(TableRef.parse("t"), "v", ["k"], [], window)
