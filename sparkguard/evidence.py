@@ -28,8 +28,8 @@ def change_applied(preview: dict[str, Any] | None, promotion: Promotion,
                    deletes_unmatched: bool) -> dict[str, Any] | None:
     """What the promotion commit does to the window's rows, from the change preview: rows
     inserted, deleted, kept (no longer produced, ``merge.when_not_matched_by_source: keep``),
-    updated, and unchanged rows rewritten anyway (which a change data feed reports as changes:
-    every one under ``replace_where`` and ``merge``, none under ``merge_changed``)."""
+    updated, and unchanged rows rewritten as if changed, which a change data feed reports as
+    changes: every one under ``replace_where`` and ``merge``, none under ``merge_changed``."""
     if not preview:
         return None
     gone = int(preview["deleted"])
@@ -37,7 +37,7 @@ def change_applied(preview: dict[str, Any] | None, promotion: Promotion,
             "deleted": gone if deletes_unmatched else 0,
             "kept": 0 if deletes_unmatched else gone,
             "updated": int(preview["changed"]),
-            "unchanged_rewritten": (0 if promotion is Promotion.MERGE_CHANGED
+            "unchanged_reported_as_changed": (0 if promotion is Promotion.MERGE_CHANGED
                                     else int(preview["unchanged"]))}
 
 
@@ -363,9 +363,9 @@ def _applied_text(promotion: str, a: dict[str, Any], done: bool) -> str:
     """One sentence: what the promotion commit does, as its change data feed reports it."""
     kept = (f", {a['kept']} kept (no longer produced; merge.when_not_matched_by_source: keep)"
             if a["kept"] else "")
-    same = (f"; {a['unchanged_rewritten']} unchanged row(s) rewritten as well (a change data "
-            "feed reports them as changes)" if a["unchanged_rewritten"] else
-            "; unchanged rows not rewritten")
+    same = (f"; {a['unchanged_reported_as_changed']} unchanged row(s) rewritten as well and "
+            "reported as changes by a change data feed" if a["unchanged_reported_as_changed"]
+            else "; unchanged rows neither updated nor reported as changes")
     head = f"Promotion ({promotion})" + ("" if done else ", had it happened")
     return (f"{head}: {a['inserted']} inserted, {a['deleted']} deleted"
             f"{kept}, {a['updated']} updated{same}.")

@@ -72,7 +72,8 @@ def test_console_evidence_and_change_feed_agree(spark: Any, base_lake: Path, tmp
     kept = unmatched == "keep"
     assert applied == {"inserted": pv.inserted, "deleted": 0 if kept else EXTRA,
                        "kept": EXTRA if kept else 0, "updated": pv.changed,
-                       "unchanged_rewritten": 0 if promotion == "merge_changed" else pv.unchanged}
+                       "unchanged_reported_as_changed":
+                           0 if promotion == "merge_changed" else pv.unchanged}
     if kept:
         assert f"{EXTRA} row(s) no longer produced, kept" in console
         assert f"{EXTRA} no longer produced, kept" in md and f"{EXTRA} deleted" not in md
@@ -83,7 +84,7 @@ def test_console_evidence_and_change_feed_agree(spark: Any, base_lake: Path, tmp
     if promotion == "replace_where":  # every old window row out, every new one in
         assert feed == {"delete": window_rows, "insert": pv.inserted + pv.changed + pv.unchanged}
     else:
-        updated = applied["updated"] + applied["unchanged_rewritten"]
+        updated = applied["updated"] + applied["unchanged_reported_as_changed"]
         expected = {"insert": applied["inserted"], "update_preimage": updated,
                     "update_postimage": updated, "delete": applied["deleted"]}
         assert feed == {k: v for k, v in expected.items() if v}

@@ -28,7 +28,7 @@ def test_change_applied_per_mode(promotion: Promotion, deletes: bool,
     got = change_applied(PREVIEW, promotion, deletes)
     assert got is not None
     assert tuple(got[k] for k in ("inserted", "deleted", "kept", "updated",
-                                  "unchanged_rewritten")) == expected
+                                  "unchanged_reported_as_changed")) == expected
     assert change_applied(None, promotion, deletes) is None
 
 
@@ -41,7 +41,7 @@ def test_markdown_says_kept_not_deleted(name: str) -> None:
 
 def test_markdown_per_mode_on_unchanged_rows() -> None:
     changed = render_markdown(load_evidence(GOLDEN / "evidence_merge_changed_delete.yaml"))
-    assert ("Promotion (merge_changed): 6 inserted, 4 deleted, 39 updated; unchanged rows not "
-            "rewritten.") in changed
+    assert ("Promotion (merge_changed): 6 inserted, 4 deleted, 39 updated; unchanged rows "
+            "neither updated nor reported as changes.") in changed
     replaced = render_markdown(load_evidence(GOLDEN / "evidence.yaml"))
-    assert "155 unchanged row(s) rewritten as well" in replaced
+    assert "155 unchanged row(s) rewritten as well and reported as changes" in replaced
