@@ -494,6 +494,27 @@ def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Seque
     cols = df.columns
     source = (window_changes(spark, df, ref, keys, window_predicate_target, delete_unmatched)
               if changed_only else df)
+    before = current_version(spark, ref) if changed_only else None
+    _merge(spark, source, ref, keys, cols, window_predicate_target, delete_unmatched, confs,
+           changed_only)
+    if before is not None and current_version(spark, ref) == before:
+        # Delta skips a MERGE whose source is empty (nothing changed): the promotion still
+        # needs its commit, which a resumed run finds by its userMetadata
+        empty = df.limit(0).write.format("delta").mode("append").option("userMetadata", metadata)
+        if txn is not None:
+            empty = empty.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+        if ref.path is not None:
+            empty.save(ref.path)
+        else:
+            assert ref.name is not None
+            empty.saveAsTable(ref.name)
+
+
+def _merge(spark: SparkSession, source: DataFrame, ref: TableRef, keys: Sequence[str],
+           cols: Sequence[str], window_predicate_target: str, delete_unmatched: bool,
+           confs: dict[str, str], changed_only: bool) -> None:
+    """The MERGE statement of :func:`promote_merge`, from ``source`` (the changes only, with
+    ``changed_only``)."""
     if compat.is_connect(spark):  # the DeltaTable merge builder needs Delta's server plugin
         view = f"sparkguard_merge_{uuid.uuid4().hex}"
         source.createOrReplaceTempView(view)
