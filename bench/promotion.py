@@ -56,7 +56,8 @@ def _session() -> SparkSession:
 
 def _target(spark: SparkSession, rows: int) -> DataFrame:
     return (spark.range(rows).withColumnRenamed("id", "k")
-            .withColumn("d", F.date_add(F.lit(START), (F.col("k") % DAYS).cast("int")))
+            # contiguous blocks of keys per day: the changes below fall in every partition
+            .withColumn("d", F.date_add(F.lit(START), (F.col("k") * DAYS / rows).cast("int")))
             .withColumn("customer", (F.col("k") * 7919 % 100_000).cast("long"))
             .withColumn("status", F.element_at(F.array(*map(F.lit, ("paid", "open", "void"))),
                                                (F.col("k") % 3 + 1).cast("int")))
@@ -69,7 +70,8 @@ def _shadow(target: DataFrame, rows: int) -> DataFrame:
     kept = target.filter(F.col("k") % 1000 != 7)
     changed = kept.withColumn("amount", F.when(F.col("k") % 100 == 3, F.col("amount") + 1.0)
                               .otherwise(F.col("amount")))
-    new = _target(target.sparkSession, rows // 1000).withColumn("k", F.col("k") + rows)
+    new = (_target(target.sparkSession, rows // 1000).withColumn("k", F.col("k") + rows)
+           .withColumn("d", F.date_add(F.lit(START), (F.col("k") % DAYS).cast("int"))))
     return changed.unionByName(new)
 
 
