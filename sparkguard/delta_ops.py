@@ -494,12 +494,14 @@ def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Seque
     cols = df.columns
     source = (window_changes(spark, df, ref, keys, window_predicate_target, delete_unmatched)
               if changed_only else df)
+    if changed_only:  # record the commit even when no row changed (Delta skips empty ones)
+        confs |= {"spark.databricks.delta.skipRecordingEmptyCommits": "false"}
     before = current_version(spark, ref) if changed_only else None
     _merge(spark, source, ref, keys, cols, window_predicate_target, delete_unmatched, confs,
            changed_only)
     if before is not None and current_version(spark, ref) == before:
-        # Delta skips a MERGE whose source is empty (nothing changed): the promotion still
-        # needs its commit, which a resumed run finds by its userMetadata
+        # Delta skipped the MERGE of an empty change set: the promotion still needs its
+        # commit, which a resumed run finds by its userMetadata (the txn makes it non-empty)
         empty = df.limit(0).write.format("delta").mode("append").option("userMetadata", metadata)
         if txn is not None:
             empty = empty.option("txnAppId", txn[0]).option("txnVersion", txn[1])
