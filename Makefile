@@ -12,7 +12,7 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 # never two Spark test runs at once on this 2-core machine
 SPARK_LOCK := /tmp/sparkguard-spark.lock
 
-.PHONY: install demo demo-layouts demo-connect test test-fast test-unit test-integration test-system lint bench bench-backfill bench-ledger reliability clean warm
+.PHONY: install demo demo-layouts demo-connect test test-fast test-unit test-integration test-system lint bench bench-backfill bench-ledger bench-promotion reliability clean warm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -73,6 +73,10 @@ bench: install
 # sparkguard against the naive job (one replaceWhere), cold spark-submit each, 3/60/365 days
 bench-backfill: $(STAMP)
 	flock $(SPARK_LOCK) $(BIN)/python bench/backfill.py --rounds 1
+
+# promotion modes on a 1,000,000-row window with change data feed on (about 3 min)
+bench-promotion: $(STAMP)
+	flock $(SPARK_LOCK) $(BIN)/python bench/promotion.py
 
 # sparkguard's own state with 5,000 earlier runs vs an empty ledger (about 3 min).
 bench-ledger: $(STAMP)

@@ -17,17 +17,21 @@ import delta.exceptions.captured  # noqa: F401  (makes pyspark raise Delta's con
 from delta.exceptions import base as delta_exception_types
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from sparkguard import compat
 from sparkguard.sql import (
+    CHANGE_OP,
     TableRef,
+    changed_condition,
     describe_detail_statement,
     describe_history_statement,
+    merge_changes_statement,
     merge_condition,
     merge_statement,
+    quote_column,
     restore_statement,
 )
 
@@ -62,6 +66,7 @@ __all__ = [
     "snapshot_files",
     "table_exists",
     "user_metadata",
+    "window_changes",
     "with_conflict_retry",
     "write_partitions",
 ]
@@ -465,14 +470,27 @@ def promote_replace_where(df: DataFrame, ref: TableRef, predicate: str, metadata
         writer.saveAsTable(ref.name)
 
 
+def _has_map(dtype: DataType) -> bool:
+    """Whether a type holds a map anywhere (maps cannot be compared with ``<=>``)."""
+    if isinstance(dtype, MapType):
+        return True
+    if isinstance(dtype, ArrayType):
+        return _has_map(dtype.elementType)
+    if isinstance(dtype, StructType):
+        return any(_has_map(f.dataType) for f in dtype.fields)
+    return False
+
+
 def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequence[str],
                   window_predicate_target: str, delete_unmatched: bool, metadata: str,
-                  txn: tuple[str, int] | None = None) -> None:
+                  txn: tuple[str, int] | None = None, changed_only: bool = False) -> None:
     """Promote the window in one MERGE commit on the business keys.
 
     ``window_predicate_target`` is the window predicate qualified with alias ``t``; it bounds
     both matching and, when ``delete_unmatched``, the deletion of rows the recomputation no
-    longer produces, so rows outside the window are never touched. ``txn`` sets Delta's
+    longer produces, so rows outside the window are never touched. With ``changed_only`` the
+    MERGE's source is only the changes (:func:`window_changes`): unchanged rows are neither
+    matched, rewritten nor reported by the change data feed. ``txn`` sets Delta's
     ``write.txnAppId``/``write.txnVersion`` for the statement (a repeat is a no-op); they and the
     userMetadata are set in an isolated session, never on ``spark`` (Spark Connect, which has
     no isolated sessions, excepted).
@@ -480,25 +498,90 @@ def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Seque
     confs = {_USER_METADATA_CONF: metadata}
     if txn is not None:
         confs |= {_TXN_APP_CONF: txn[0], _TXN_VERSION_CONF: str(txn[1])}
+    cols = df.columns
+    source = (window_changes(spark, df, ref, keys, window_predicate_target, delete_unmatched)
+              if changed_only else df)
+    if changed_only:  # record the commit even when no row changed (Delta skips empty ones)
+        confs |= {"spark.databricks.delta.skipRecordingEmptyCommits": "false"}
+    before = current_version(spark, ref) if changed_only else None
+    _merge(spark, source, ref, keys, cols, window_predicate_target, delete_unmatched, confs,
+           changed_only)
+    if before is not None and current_version(spark, ref) == before:
+        # Delta skipped the MERGE of an empty change set: the promotion still needs its
+        # commit, which a resumed run finds by its userMetadata (the txn makes it non-empty)
+        empty = df.limit(0).write.format("delta").mode("append").option("userMetadata", metadata)
+        if txn is not None:
+            empty = empty.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+        if ref.path is not None:
+            empty.save(ref.path)
+        else:
+            assert ref.name is not None
+            empty.saveAsTable(ref.name)
+
+
+def _merge(spark: SparkSession, source: DataFrame, ref: TableRef, keys: Sequence[str],
+           cols: Sequence[str], window_predicate_target: str, delete_unmatched: bool,
+           confs: dict[str, str], changed_only: bool) -> None:
+    """The MERGE statement of :func:`promote_merge`, from ``source`` (the changes only, with
+    ``changed_only``)."""
     if compat.is_connect(spark):  # the DeltaTable merge builder needs Delta's server plugin
         view = f"sparkguard_merge_{uuid.uuid4().hex}"
-        df.createOrReplaceTempView(view)
+        source.createOrReplaceTempView(view)
         try:
             with _session_confs(spark, confs):
-                spark.sql(merge_statement(ref, view, keys, df.columns, window_predicate_target,
+                spark.sql(merge_changes_statement(ref, view, keys, cols, window_predicate_target)
+                          if changed_only else
+                          merge_statement(ref, view, keys, cols, window_predicate_target,
                                           delete_unmatched))
         finally:
             spark.catalog.dropTempView(view)
         return
-    cols = df.columns
     cond = f"({merge_condition(keys)}) AND {window_predicate_target}"
+    sets: dict[str, str | Column] = {quote_column(c): f"`s`.{quote_column(c)}" for c in cols}
+    op = f"`s`.{quote_column(CHANGE_OP)}"
     with isolated_session(spark, confs) as iso:  # MERGE takes these only from session confs
-        builder = (_delta(iso, ref).alias("t").merge(df.alias("s"), cond)
-                   .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in cols})
-                   .whenNotMatchedInsert(values={f"`{c}`": f"s.`{c}`" for c in cols}))
-        if delete_unmatched:
-            builder = builder.whenNotMatchedBySourceDelete(condition=window_predicate_target)
+        builder = _delta(iso, ref).alias("t").merge(source.alias("s"), cond)
+        if changed_only:
+            builder = (builder.whenMatchedDelete(condition=f"{op} = 'D'")
+                       .whenMatchedUpdate(condition=f"{op} = 'U'", set=sets)
+                       .whenNotMatchedInsert(condition=f"{op} = 'I'", values=sets))
+        else:
+            builder = (builder.whenMatchedUpdate(set=sets)
+                       .whenNotMatchedInsert(values=sets))
+            if delete_unmatched:
+                builder = builder.whenNotMatchedBySourceDelete(condition=window_predicate_target)
         builder.execute()
+
+
+def window_changes(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequence[str],
+                   window_predicate_target: str, delete_unmatched: bool) -> DataFrame:
+    """The rows of ``df`` (the new window) that differ from the target's window, each with
+    :data:`~sparkguard.sql.CHANGE_OP`: ``'I'`` a key only in ``df``, ``'U'`` a key in both
+    whose non-key values differ (null-safe, :func:`~sparkguard.sql.changed_condition`), and,
+    with ``delete_unmatched``, ``'D'`` a key only in the target (its key values, from the
+    target). One full outer join on the keys; nothing is fetched to the driver."""
+    cols = df.columns
+    key_set = set(keys)
+    compared = [f for f in df.schema.fields if f.name not in key_set]
+    side_s, side_t = "__sg_in_s", "__sg_in_t"
+    s = df.withColumn(side_s, F.lit(True)).alias("s")
+    t = (read_table(spark, ref).alias("t").filter(window_predicate_target)
+         .select(*[F.col(f"`t`.{quote_column(c)}").alias(c) for c in cols],
+                 F.lit(True).alias(side_t)).alias("t"))
+    def col(alias: str, name: str) -> Column:
+        return F.col(f"`{alias}`.{quote_column(name)}")
+
+    op = (F.when(col("s", side_s).isNull(), F.lit("D"))
+          .when(col("t", side_t).isNull(), F.lit("I")))
+    if compared:
+        changed = changed_condition([f.name for f in compared],
+                                    [f.name for f in compared if _has_map(f.dataType)])
+        op = op.when(F.expr(changed), F.lit("U"))
+    joined = s.join(t, F.expr(merge_condition(keys)), "full_outer").withColumn(CHANGE_OP, op)
+    wanted = ["I", "U", "D"] if delete_unmatched else ["I", "U"]
+    return (joined.filter(F.col(CHANGE_OP).isin(wanted))
+            .select(*[F.when(F.col(CHANGE_OP) == "D", col("t", c)).otherwise(col("s", c))
+                      .alias(c) for c in cols], F.col(CHANGE_OP)))
 
 
 def restore(spark: SparkSession, ref: TableRef, version: int, metadata: str | None = None) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from sparkguard.errors import EXIT_USAGE, SparkguardError
+from sparkguard.plan.model import BackfillPlan, Promotion, TargetSpec
 from sparkguard.plan.window_spec import range_window
 from sparkguard.sql import restore_statement
 
@@ -23,6 +24,33 @@ if TYPE_CHECKING:
 __all__ = ["EvidenceError", "build_evidence", "load_evidence", "render_markdown", "write_evidence"]
 
 _ENTRY_POINT = "jobs/backfill.py"
+
+
+def change_applied(preview: dict[str, Any] | None, promotion: Promotion,
+                   deletes_unmatched: bool) -> dict[str, Any] | None:
+    """What the promotion commit does to the window's rows, from the change preview: rows
+    inserted, deleted, kept (no longer produced, ``merge.when_not_matched_by_source: keep``),
+    updated, and unchanged rows rewritten as if changed, which a change data feed reports as
+    changes: every one under ``replace_where`` and ``merge``, none under ``merge_changed``."""
+    if not preview:
+        return None
+    gone = int(preview["deleted"])
+    return {"inserted": int(preview["inserted"]),
+            "deleted": gone if deletes_unmatched else 0,
+            "kept": 0 if deletes_unmatched else gone,
+            "updated": int(preview["changed"]),
+            "unchanged_reported_as_changed": (0 if promotion is Promotion.MERGE_CHANGED
+                                    else int(preview["unchanged"]))}
+
+
+def _target_checks(plan: BackfillPlan, t: TargetSpec) -> dict[str, Any]:
+    """The checks one target is gated by and what they compare its shadow with."""
+    ref = t.validation.reference if t.validation else None
+    return {"target": t.label,
+            "own_checks": bool(t.validation and t.validation.checks),
+            "reference": ref.model_dump(mode="json", exclude_none=True) if ref else None,
+            "checks": [c.model_dump(mode="json", exclude_none=True)
+                       for c in plan.checks_for(t)]}
 
 
 def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> dict[str, Any]:
@@ -54,6 +82,9 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
             "slices": [r.to_dict() for r in st.slice_results],
             "skipped_slices_already_reconciled": sorted(st.skipped_slices),
             "full_window": window,
+            "change_applied": change_applied(
+                window.get("change_preview") if window else None, st.promotion,
+                st.deletes_unmatched),
         })
     failed = [g for g in all_gates if not g["passed"]]
     row_gates = [g for g in all_gates if g["check_type"] == "row_count_parity"]
@@ -116,7 +147,8 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
             "plan": {"name": plan.name, "path": run.plan_path, "fingerprint": run.fingerprint,
                      "reason": plan.reason,
                      "checks": [c.model_dump(mode="json", exclude_none=True)
-                                for c in plan.validation.checks]},
+                                for c in plan.validation.checks],
+                     "target_checks": [_target_checks(plan, t) for t in plan.target_specs()]},
             "chart": None,
             "approvals_used": granted,
             "source": {"dataset": run.source, "version_read": run.source_version},
@@ -358,6 +390,18 @@ def _flagged(panel: Any, i: int) -> str:
     return f"**{text}**" if panel.partitions[i] in panel.breaches else text
 
 
+def _applied_text(promotion: str, a: dict[str, Any], done: bool) -> str:
+    """One sentence: what the promotion commit does, as its change data feed reports it."""
+    kept = (f", {a['kept']} kept (no longer produced; merge.when_not_matched_by_source: keep)"
+            if a["kept"] else "")
+    same = (f"; {a['unchanged_reported_as_changed']} unchanged row(s) rewritten as well and "
+            "reported as changes by a change data feed" if a["unchanged_reported_as_changed"]
+            else "; unchanged rows neither updated nor reported as changes")
+    head = f"Promotion ({promotion})" + ("" if done else ", had it happened")
+    return (f"{head}: {a['inserted']} inserted, {a['deleted']} deleted"
+            f"{kept}, {a['updated']} updated{same}.")
+
+
 def _target(data: dict[str, Any], t: dict[str, Any]) -> list[str]:
     rb = t["rollback_point"]
     lines = ["", f"## Target {_code(t['dataset'])} ({t['promotion']})", ""]
@@ -367,6 +411,15 @@ def _target(data: dict[str, Any], t: dict[str, Any]) -> list[str]:
                      f"{_yes(t['restored_after_failure'])}")
     else:
         lines.append("- Not promoted: the target was left as it was")
+    tc = next((x for x in data["sparkguard"]["plan"].get("target_checks") or []
+               if x["target"] == t["name"]), None)
+    if tc is not None:
+        ref = tc["reference"]
+        against = ("the source of truth" if not ref else
+                   f"its reference {_code(' '.join(str(ref.get('sql') or ref.get('callable')).split()))}")
+        which = "its own" if tc["own_checks"] else "the plan's"
+        names = ", ".join(c.get("metric") or c["type"] for c in tc["checks"])
+        lines.append(f"- Checks: {which} ({_cell(names)}), against {against}")
     if rb.get("version_before_promotion") is not None:
         lines.append(f"- Rollback point: version {rb['version_before_promotion']}")
     if rb.get("rollback_command"):
@@ -389,13 +442,19 @@ def _target(data: dict[str, Any], t: dict[str, Any]) -> list[str]:
                          f"{_cell(g.get('expected'))} | {_cell(g['threshold'])} | "
                          f"{'pass' if g['passed'] else '**FAIL**'} |")
         pv = w.get("change_preview")
+        applied = t.get("change_applied")
         if pv:
-            lines += ["", f"Change preview: {pv['inserted']} inserted, {pv['deleted']} deleted, "
+            gone = (f"{pv['deleted']} deleted" if not applied or not applied["kept"] else
+                    f"{pv['deleted']} no longer produced, kept")
+            lines += ["", f"Change preview: {pv['inserted']} inserted, {gone}, "
                           f"{pv['changed']} changed, {pv['unchanged']} unchanged."]
             cols = {k: v for k, v in pv["changed_by_column"].items() if v}
             if cols:
                 lines.append("Changed values per column: "
                              + ", ".join(f"{k}={v}" for k, v in sorted(cols.items())) + ".")
+        if applied:
+            lines.append(_applied_text(t["promotion"], applied,
+                                       t["promoted_version"] is not None))
     lines += _partition_table(data, t)
     return lines
 

@@ -71,8 +71,6 @@ RULES: dict[str, tuple[Severity, str]] = {
     "thresholds_undefined": (Severity.BLOCK, "no checks, or a parity/metric check without "
                              "threshold"),
     "gate_missing": (Severity.BLOCK, "no row_count_parity or no duplicate_check"),
-    "reference_unsupported": (Severity.BLOCK, "a target's checks name a reference query, which "
-                              "this version does not run"),
     "metric_gate_missing": (Severity.WARN, "no metric_reconciliation check"),
     "metric_undefined": (Severity.BLOCK, "metric check without name or per-side expression"),
     "check_duplicated": (Severity.BLOCK, "row_count_parity twice or a metric name twice"),
@@ -371,10 +369,9 @@ def _checks(plan: BackfillPlan, c: _Collector) -> None:
             continue
         if t.validation.checks:
             _check_list(plan, t.validation.checks, f"targets[{j}].validation.checks", c)
-        if t.validation.reference is not None:
-            c.add("reference_unsupported", f"targets[{j}].validation.reference",
-                  "a reference query for a target's checks is not run by this version",
-                  "remove it: the target's checks then compare with the source of truth")
+        ref = t.validation.reference
+        if ref is not None and ref.sql is not None:
+            _placeholders(plan, t, ref.sql, f"targets[{j}].validation.reference.sql", c)
 
 
 def _check_list(plan: BackfillPlan, checks: list[Check], where: str, c: _Collector) -> None:
@@ -488,10 +485,14 @@ def _same_dataset(a: str, b: str) -> bool:
 
 
 def _transform(plan: BackfillPlan, i: int, t: TargetSpec, c: _Collector) -> None:
-    sql = t.transform.sql
-    if sql is None:
-        return
-    path = f"targets[{i}].transform.sql"
+    if t.transform.sql is not None:
+        _placeholders(plan, t, t.transform.sql, f"targets[{i}].transform.sql", c)
+
+
+def _placeholders(plan: BackfillPlan, t: TargetSpec, sql: str, path: str,
+                  c: _Collector) -> None:
+    """The placeholders of a transform's (or a reference's) SQL: it reads the source or an
+    upstream shadow, names only known placeholders and upstream targets it depends on."""
     labels = {x.label for x in plan.target_specs()}
     names = _PLACEHOLDER.findall(sql)
     if "source" not in names and not any(n.startswith("shadow:") for n in names):
@@ -546,6 +547,8 @@ def _seed_text(plan: BackfillPlan, c: _Collector) -> None:
         return
     promos = {t.promotion for t in specs}
     actual = " and ".join(sorted(p.value for p in promos))
+    if Promotion.MERGE_CHANGED in promos:  # a merge too, as far as the seed's words go
+        promos = promos | {Promotion.MERGE}
     defaulted = " (the default when promotion is not set)" if Promotion.REPLACE_WHERE in promos \
         else ""
     mode = plan.execution.mode

@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 from sparkguard import delta_ops
 from sparkguard.guard import Finding, Severity, window_partitions
 from sparkguard.guard_window import rewrites_most, window_column_problem
-from sparkguard.plan.model import BackfillPlan, Check, CheckType, TargetSpec
+from sparkguard.plan.model import BackfillPlan, Check, CheckType, TargetSpec, Transform
 from sparkguard.plan.window_spec import range_window
 from sparkguard.sql import PartitionType, TableRef, window_predicate
 
@@ -135,15 +135,18 @@ class _Live:
                      f"source: {missing[:10]}", "fix the window or load the source first")
         self.add("blast_radius", "affected_window",
                  f"source: {sum(counts.values())} rows in {len(self.parts)} window partition(s)")
-        for where, checks in self._check_sets():
+        for where, checks in self._check_sets(against_source=True):
             self._metric_exprs(src, "source_expr", checks, where)
         return src
 
-    def _check_sets(self) -> list[tuple[str, list[Check]]]:
-        """The plan's checks and each target's own, with the path each is written at."""
+    def _check_sets(self, against_source: bool = False) -> list[tuple[str, list[Check]]]:
+        """The plan's checks and each target's own, with the path each is written at; with
+        ``against_source``, not the own checks of a target that compares with a reference query
+        (their source side is that query's rows, computed during the run)."""
         own = [(f"targets[{j}].validation.checks", t.validation.checks)
                for j, t in enumerate(self.plan.target_specs())
-               if t.validation is not None and t.validation.checks]
+               if t.validation is not None and t.validation.checks
+               and not (against_source and t.validation.reference is not None)]
         return [("validation.checks", self.plan.validation.checks), *own]
 
     def _checks_of(self, i: int, t: TargetSpec) -> tuple[str, list[Check]]:
@@ -184,7 +187,9 @@ class _Live:
         self._retention(path, ref, dict(detail["properties"] or {}) if detail else {})
         self._metric_exprs(df, "shadow_expr", checks, where, f"target {ref.display!r}")
         if src is not None:
-            self._transform(path, t, src)
+            self._transform(f"{path}.transform", t.transform, src)
+            if t.validation is not None and t.validation.reference is not None:
+                self._transform(f"{path}.validation.reference", t.validation.reference, src)
         if part_ok:
             self._blast_radius(path, ref, df, detail)
 
@@ -222,19 +227,19 @@ class _Live:
                          f"{expr!r} does not resolve on the {what}: {_first_line(exc)}",
                          "use columns of that side")
 
-    def _transform(self, path: str, t: TargetSpec, src: DataFrame) -> None:
-        tr = t.transform
+    def _transform(self, path: str, tr: Transform, src: DataFrame) -> None:
+        """A transform (or a target's reference query) imports or analyses on the source."""
         if tr.callable:
             mod_name, fn_name = tr.callable.split(":")
             try:
                 fn = getattr(importlib.import_module(mod_name), fn_name)
             except Exception as exc:
-                self.add("transform_invalid", f"{path}.transform.callable",
+                self.add("transform_invalid", f"{path}.callable",
                          f"{tr.callable!r} cannot be imported: {_first_line(exc)}",
                          "check the module path and function name")
                 return
             if not callable(fn):
-                self.add("transform_invalid", f"{path}.transform.callable",
+                self.add("transform_invalid", f"{path}.callable",
                          f"{tr.callable!r} is not callable", "point it at a function")
             return
         assert tr.sql is not None
@@ -248,7 +253,7 @@ class _Live:
             _analyse(self.spark.sql(sql.replace("{source}", f"`{view}`")
                                     .replace("{window}", self.pred)))
         except Exception as exc:
-            self.add("transform_invalid", f"{path}.transform.sql",
+            self.add("transform_invalid", f"{path}.sql",
                      f"the query does not analyse against the source: {_first_line(exc)}",
                      "fix the SQL (column and function names)")
         finally:

@@ -13,13 +13,16 @@ from dataclasses import dataclass
 from enum import Enum
 
 __all__ = [
+    "CHANGE_OP",
     "IDENTIFIER_RE",
     "PartitionType",
     "TableRef",
     "UnsafeSQLError",
+    "changed_condition",
     "check_expression",
     "describe_detail_statement",
     "describe_history_statement",
+    "merge_changes_statement",
     "merge_condition",
     "merge_statement",
     "parse_partition_value",
@@ -201,6 +204,25 @@ def quote_column(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def changed_condition(columns: Sequence[str], json_columns: Iterable[str] = (),
+                      target_alias: str = "t", source_alias: str = "s") -> str:
+    """True when any of ``columns`` differs between a matched target and source row:
+    ``NOT (t.`c1` <=> s.`c1` AND ...)``, null-safe (null = null, NaN = NaN in Spark).
+
+    Columns in ``json_columns`` (those holding a map, which ``<=>`` cannot compare) are compared
+    as their JSON text; a map whose entries merely come in another order then counts as changed.
+    """
+    if not columns:
+        raise UnsafeSQLError("a change condition needs at least one column")
+    ta, sa = quote_identifier(target_alias), quote_identifier(source_alias)
+    as_json = set(json_columns)
+    terms = []
+    for c in columns:
+        t, s = f"{ta}.{quote_column(c)}", f"{sa}.{quote_column(c)}"
+        terms.append(f"to_json({t}) <=> to_json({s})" if c in as_json else f"{t} <=> {s}")
+    return f"NOT ({' AND '.join(terms)})"
+
+
 def merge_statement(table: TableRef, source_view: str, keys: Sequence[str], columns: Sequence[str],
                     window_predicate_target: str, delete_unmatched: bool) -> str:
     """``MERGE INTO`` the target (alias ``t``) from a temp view (alias ``s``) on the business keys.
@@ -223,6 +245,33 @@ def merge_statement(table: TableRef, source_view: str, keys: Sequence[str], colu
     if delete_unmatched:
         lines.append(f"WHEN NOT MATCHED BY SOURCE AND {window_predicate_target} THEN DELETE")
     return "\n".join(lines)
+
+
+CHANGE_OP = "__sg_op"  # the change-only MERGE's source column: I(nsert), U(pdate), D(elete)
+
+
+def merge_changes_statement(table: TableRef, source_view: str, keys: Sequence[str],
+                            columns: Sequence[str], window_predicate_target: str) -> str:
+    """``MERGE INTO`` the target (alias ``t``) from a view holding only the changes (alias
+    ``s``): each row carries :data:`CHANGE_OP` ``'I'``, ``'U'`` or ``'D'``.
+
+    No ``NOT MATCHED BY SOURCE`` clause: the target rows matched are only those to update or
+    delete, so Delta rewrites (or, with deletion vectors, marks) only the files holding them, and
+    prunes the rest of the table with the window bound of the ``ON`` condition.
+    """
+    if not columns:
+        raise UnsafeSQLError("a merge needs at least one column")
+    cols = [quote_column(c) for c in columns]
+    op = f"`s`.{quote_column(CHANGE_OP)}"
+    sets = ", ".join(f"`t`.{c} = `s`.{c}" for c in cols)
+    return "\n".join([
+        f"MERGE INTO {table.sql} AS `t`",
+        f"USING {quote_identifier(source_view)} AS `s`",
+        f"ON ({merge_condition(keys)}) AND {window_predicate_target}",
+        f"WHEN MATCHED AND {op} = 'D' THEN DELETE",
+        f"WHEN MATCHED AND {op} = 'U' THEN UPDATE SET {sets}",
+        f"WHEN NOT MATCHED AND {op} = 'I' THEN INSERT ({', '.join(cols)}) "
+        f"VALUES ({', '.join(f'`s`.{c}' for c in cols)})"])
 
 
 def check_expression(expr: str) -> str:

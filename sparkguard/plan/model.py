@@ -228,6 +228,7 @@ class Promotion(str, Enum):
 
     REPLACE_WHERE = "replace_where"
     MERGE = "merge"
+    MERGE_CHANGED = "merge_changed"  # a MERGE that updates only the rows whose values changed
 
 
 class CheckType(str, Enum):
@@ -412,8 +413,9 @@ class TargetSpec(_Frozen):
             "change preview).")
     transform: Transform = Field(description="How the target's rows are recomputed from the source.")
     promotion: Promotion = Field(
-        default=Promotion.REPLACE_WHERE, description="replace_where (swap the window) or merge (on "
-            "business_keys), one Delta commit.")
+        default=Promotion.REPLACE_WHERE, description="replace_where (swap the window), merge (on "
+            "business_keys) or merge_changed (a merge that inserts, deletes and updates only the "
+            "rows that differ), one Delta commit.")
     merge: MergeSpec = Field(default=MergeSpec(), description="Options of merge promotion.")
     contract: Contract = Field(
         default=Contract(), description="Schema and nullability contract checked before promotion.")

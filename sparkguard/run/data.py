@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from sparkguard import delta_ops
 from sparkguard.errors import SparkguardError
+from sparkguard.plan.model import Transform
 from sparkguard.plan.window_spec import BUCKET_COLUMN
 from sparkguard.reconcile.engine import columns_of, reconcile, row_hash, table_fingerprint
 from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target
@@ -20,7 +21,7 @@ from sparkguard.run.context import RunContext, RunState, TargetState
 from sparkguard.run.labels import set_job_label
 
 __all__ = ["TransformResultError", "bucketed", "fingerprints", "job", "print_gates", "reconcile_part",
-           "shadow_df", "source_df", "target_df", "transform"]
+           "reference_df", "shadow_df", "source_df", "target_df", "transform"]
 
 
 class TransformResultError(SparkguardError):
@@ -60,7 +61,24 @@ def target_df(ctx: RunContext, st: TargetState, partitions: Sequence[object],
 def transform(ctx: RunContext, state: RunState, st: TargetState, partitions: Sequence[object],
               tag: str) -> tuple[DataFrame, list[str]]:
     """The target's recomputation for ``partitions``, and the temp views it uses."""
-    tr = st.spec.transform
+    return _compute(ctx, state, st.spec.transform, f"{st.spec.label}: transform", partitions,
+                    tag)
+
+
+def reference_df(ctx: RunContext, state: RunState, st: TargetState,
+                 partitions: Sequence[object], tag: str) -> tuple[DataFrame, list[str]] | None:
+    """The rows this target's checks compare the shadow with (``validation.reference``, computed
+    like a transform: ``{source}``, ``{window}``, ``{shadow:NAME}``), and the temp views it
+    uses; None when the checks compare with the source of truth."""
+    ref = st.spec.validation.reference if st.spec.validation else None
+    if ref is None:
+        return None
+    return _compute(ctx, state, ref, f"{st.spec.label}: validation.reference", partitions,
+                    f"{tag}_ref")
+
+
+def _compute(ctx: RunContext, state: RunState, tr: Transform, what: str,
+             partitions: Sequence[object], tag: str) -> tuple[DataFrame, list[str]]:
     src = source_df(ctx, state, partitions)
     if tr.callable:
         mod_name, fn_name = tr.callable.split(":")
@@ -68,7 +86,7 @@ def transform(ctx: RunContext, state: RunState, st: TargetState, partitions: Seq
         df = fn(ctx.spark, src, list(partitions))
         if not isinstance(df, DataFrame):
             raise TransformResultError(
-                f"{st.spec.label}: transform.callable {tr.callable} returned "
+                f"{what}.callable {tr.callable} returned "
                 f"{type(df).__name__}, not a pyspark DataFrame; nothing was promoted and publish "
                 "stays paused. Return the recomputed rows as a DataFrame, then re-run the same "
                 "command")
@@ -91,14 +109,22 @@ def transform(ctx: RunContext, state: RunState, st: TargetState, partitions: Seq
 def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
                    partitions: Sequence[object], scope: str, target_version: int | None = None,
                    preview: bool = False) -> ReconcileResult:
-    """Gates of the shadow against the source, per partition; the change preview against the
-    target only with ``preview`` (the full window's)."""
+    """Gates of the shadow against the source (or the target's ``validation.reference``), per
+    partition; the change preview against the target only with ``preview`` (the full
+    window's)."""
     spec = spec_for_target(ctx.plan, st.spec)
     shadow = shadow_df(ctx, st, partitions)
     target = target_df(ctx, st, partitions, target_version)
-    res = reconcile(spec, shadow=bucketed(ctx, shadow), target=bucketed(ctx, target),
-                    source=bucketed(ctx, source_df(ctx, state, partitions)),
-                    partitions=list(partitions), scope=scope, preview=preview)
+    tag = re.sub(r"[^A-Za-z0-9]", "_", f"{st.spec.label}_{scope}")
+    reference = reference_df(ctx, state, st, partitions, tag)
+    against = reference[0] if reference else source_df(ctx, state, partitions)
+    try:
+        res = reconcile(spec, shadow=bucketed(ctx, shadow), target=bucketed(ctx, target),
+                        source=bucketed(ctx, against),
+                        partitions=list(partitions), scope=scope, preview=preview)
+    finally:
+        for v in reference[1] if reference else []:
+            ctx.spark.catalog.dropTempView(v)
     schema = schema_contract_gates(columns_of(shadow), columns_of(target), st.spec.contract)
     return ReconcileResult(scope=res.scope, partitions=res.partitions,
                            gates=(*res.gates, *schema), preview=res.preview,

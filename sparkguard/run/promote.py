@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from sparkguard import delta_ops, faults
 from sparkguard.errors import GateFailedError, SparkguardError, TargetMovedError
@@ -14,7 +15,7 @@ from sparkguard.run.data import bucketed, fingerprints, job, shadow_df, target_d
 from sparkguard.run.stages import Promote
 from sparkguard.run.undo import restore_target
 
-__all__ = ["verify", "visit_promote"]
+__all__ = ["merge_window_bound", "verify", "visit_promote"]
 
 
 def visit_promote(stage: Promote, ctx: RunContext, state: RunState) -> None:
@@ -173,7 +174,17 @@ def _commit(ctx: RunContext, state: RunState, st: TargetState) -> None:
         delta_ops.promote_replace_where(shadow, st.ref, ctx.window.pred(parts), meta, txn)
     else:
         delta_ops.promote_merge(ctx.spark, shadow, st.ref, st.spec.business_keys,
-                                ctx.window.pred(parts, "t"), st.deletes_unmatched, meta, txn)
+                                merge_window_bound(ctx, parts), st.deletes_unmatched, meta, txn,
+                                changed_only=st.spec.promotion is Promotion.MERGE_CHANGED)
+
+
+def merge_window_bound(ctx: RunContext, parts: Sequence[object]) -> str:
+    """The predicate over the target (alias ``t``) that bounds a MERGE promotion to the window:
+    matching, and deleting rows the recomputation no longer produces, happen only inside it.
+
+    The one place a MERGE's window bound is made (``merge`` and ``merge_changed`` alike).
+    """
+    return ctx.window.pred(parts, "t")
 
 
 def verify(ctx: RunContext, state: RunState, st: TargetState) -> None:

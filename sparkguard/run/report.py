@@ -29,6 +29,7 @@ class TargetReport:
     skipped_slices: tuple[int, ...]
     window: ReconcileResult | None
     notes: tuple[str, ...]
+    deletes_unmatched: bool = True  # rows no longer produced leave the target (else kept)
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def _target(st: TargetState) -> TargetReport:
         reconciled_version=st.reconciled_version, rollback_version=st.rollback_version,
         promoted_version=st.promoted_version, verified=st.verified, restored=st.restored,
         slice_results=tuple(st.slice_results), skipped_slices=tuple(sorted(st.skipped_slices)),
-        window=st.window, notes=tuple(st.notes))
+        window=st.window, notes=tuple(st.notes), deletes_unmatched=st.deletes_unmatched)
 
 
 def report_of(ctx: RunContext, state: RunState) -> RunReport:

@@ -159,7 +159,7 @@ CASES: list[Case] = [
          _set("status.state", "shipped")),
     Case("mode-unknown", f"{B}.execution.mode", "'replay', 'merge' or 'overwrite'",
          _set("execution.mode", "upsert")),
-    Case("promotion-unknown", f"{T0}.promotion", "'replace_where' or 'merge'",
+    Case("promotion-unknown", f"{T0}.promotion", "'replace_where', 'merge' or 'merge_changed'",
          _set("targets.0.promotion", "swap")),
     Case("aggregation-unknown", f"{CHECKS}[2].aggregation", "Input should be 'sum'",
          _set("validation.checks.2.aggregation", "median")),

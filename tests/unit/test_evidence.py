@@ -24,7 +24,8 @@ from sparkguard.evidence import load_evidence, render_markdown
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "release-gate-evidence.yaml"
-CASES = ["evidence", "evidence_gate_failed"]
+CASES = ["evidence", "evidence_gate_failed", "evidence_merge_keep", "evidence_merge_changed",
+         "evidence_merge_changed_delete"]  # the last three: one per promotion mode and option
 
 # The release-gate evidence shape of the seed template: every key must stay in ours.
 SEED_SHAPE = {

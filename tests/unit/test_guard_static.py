@@ -150,8 +150,10 @@ CASES: list[tuple[str, Mutate, set[str]]] = [
          "shadow_expr": "amount", "threshold_percent": 0}]), {"gate_missing"}),
     ("gate_missing", _set("validation.checks.1.type", "row_count_parity"),
      {"gate_missing", "check_duplicated", "check_field_ignored", "thresholds_undefined"}),
-    ("reference_unsupported", _set("targets.0.validation", {
-        "reference": {"sql": "SELECT * FROM {source} WHERE {window}"}}), {"reference_unsupported"}),
+    # a target's reference query is held to the transform's placeholder rules
+    ("transform_placeholder", _set("targets.0.validation", {
+        "reference": {"sql": "SELECT * FROM {shadow:nope} WHERE {window}"}}),
+     {"transform_placeholder"}),
     # a target's own checks are held to the same rules as the plan's
     ("gate_missing", _set("targets.0.validation", {"checks": [
         {"type": "row_count_parity", "threshold_percent": 0}]}),

@@ -148,7 +148,7 @@ def test_every_problem_is_reported_one_line_each_with_path_value_and_fix():
     ("{dataset: /lake/t, transform: {sql: 'SELECT 1 FROM {source}'}}",
      "backfill_plan.targets[0].business_keys", "is required"),
     ("{dataset: /lake/t, business_keys: [id], transform: {sql: 'SELECT 1'}, promotion: upsert}",
-     "backfill_plan.targets[0].promotion", "Input should be 'replace_where' or 'merge'"),
+     "backfill_plan.targets[0].promotion", "Input should be 'replace_where', 'merge' or 'merge_changed'"),
     ("{dataset: /lake/t, business_keys: [id], transform: {sql: 'SELECT 1', callable: 'a:b'}}",
      "backfill_plan.targets[0].transform", "exactly one of transform.sql or transform.callable"),
     ("{dataset: /lake/t, business_keys: [id], transform: {sql: 'SELECT 1'}, name: '../x'}",
