@@ -7,6 +7,7 @@ One JVM at a time: the lakes are built in one, each backfill runs in its own spa
 the figures are measured in a last one. Exit 0 only when every layout passed.
 """
 
+import argparse
 import os
 import subprocess
 import sys
@@ -25,15 +26,19 @@ def _python(*args: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if "--lock" in argv:
-        i = argv.index("--lock")
-        LOCK[:] = ["flock", argv[i + 1]]
-        argv = argv[:i] + argv[i + 2:]
-    root = Path(argv[0] if argv else "demo-layouts-lake").resolve()
-    sys.path.insert(0, str(HERE.parent))
     from sparkguard.layouts import LAYOUTS
 
-    names = argv[1:] or list(LAYOUTS)  # the layouts to run (default all)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root", nargs="?", default="demo-layouts-lake",
+                    help="folder for the lakes (replaced per layout)")
+    ap.add_argument("layouts", nargs="*", metavar="LAYOUT",
+                    help=f"layouts to run (default all): {', '.join(LAYOUTS)}")
+    ap.add_argument("--lock", metavar="PATH", help="each JVM waits for this flock file first")
+    args = ap.parse_args(argv)
+    if args.lock:
+        LOCK[:] = ["flock", args.lock]
+    root = Path(args.root).resolve()
+    names = args.layouts or list(LAYOUTS)  # the layouts to run (default all)
     unknown = sorted(set(names) - set(LAYOUTS))
     if unknown:
         print(f"unknown layout(s) {unknown}; choose from {list(LAYOUTS)}", file=sys.stderr)
