@@ -199,7 +199,7 @@ def check_ledger_history(table: str, history: Sequence[Mapping[str, Any]] | None
         op = str(c.get("operation") or "")
         params = c.get("operationParameters") or {}
         mode = str(params.get("mode") or "").strip('"').lower()
-        where = f"ledger/{table}@v{c.get('version')}"
+        where = f"{'control' if table == 'publish' else 'ledger'}/{table}@v{c.get('version')}"
         if op in _REWRITES or (op == "WRITE" and mode not in ("", "append", "errorifexists")):
             found.append(Finding("ledger_rewritten", where, f"{op}"
                                  + (f" ({mode})" if op == "WRITE" else "")

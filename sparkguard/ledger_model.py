@@ -67,10 +67,11 @@ TARGET_EVENTS = frozenset({"reconciled", "target_moved", "promoting", "promoted"
 
 # Audit chains (see sparkguard/audit.py): the JSON columns of each ledger table, hashed decoded,
 # and the column that orders a chain's events as written. Runs, slices and evidence rows chain
-# per run; lock events chain per target.
+# per run; lock and publish-control events chain per target.
 AUDIT_JSON: dict[str, tuple[str, ...]] = {"runs": ("details",), "slices": ("gates",),
-                                         "locks": (), "evidence": ("leaves",)}
-CHAIN_ORDER = {"runs": "at", "slices": "at", "locks": "generation", "evidence": "at"}
+                                         "locks": (), "evidence": ("leaves",), "publish": ()}
+CHAIN_ORDER = {"runs": "at", "slices": "at", "locks": "generation", "evidence": "at",
+               "publish": "at"}
 
 
 def audit_body(table: str, row: dict[str, Any], *, raw_json: bool = False) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,12 @@ __all__ = ["MANUAL_HOLD", "PublishControl", "PublishStatus", "is_paused", "regis
            "status_sql"]
 
 MANUAL_HOLD = "manual"
+# Audit chain (sparkguard/audit.py): every control event carries ``event_hash`` and ``prev_hash``,
+# chained per target (previous = the target's newest event). Tables written before auditing gain
+# the columns by schema evolution on the next append; their old rows read as unchained.
+_HASH_NAMES = ("event_hash", "prev_hash")
+_clock_lock = threading.Lock()
+_last_at: list[dt.datetime] = []
 
 
 def _schema() -> Any:
@@ -44,6 +51,14 @@ def _schema() -> Any:
         T.StructField("actor", T.StringType(), True),
         T.StructField("reason", T.StringType(), True),
     ])
+
+
+def _write_schema() -> Any:
+    """The columns written: the control event and its audit hashes."""
+    from pyspark.sql import types as T
+
+    return T.StructType([*_schema().fields,
+                         *[T.StructField(n, T.StringType(), True) for n in _HASH_NAMES]])
 
 
 @dataclass(frozen=True)
@@ -102,17 +117,48 @@ class PublishControl:
         df = self.spark.read.format("delta").load(self.path)
         return df.filter(F.col("target").isin(list(targets))) if targets is not None else df
 
-    def _append(self, rows: list[tuple[Any, ...]]) -> None:
+    def _append(self, rows: list[tuple[Any, ...]],
+                heads: dict[str, str | None] | None = None) -> None:
+        """Append control events in one commit, each chained to its target's previous event
+        (``heads``: the targets' newest event hashes as just read; read here when not given).
+
+        The rows of one append get strictly increasing ``at`` in the order given, so the newest
+        event of a target (its chain head) is never a tie."""
         if not rows:
             return
         from sparkguard.delta_ops import append_rows, create_log_table
+        from sparkguard.ledger_model import chained_hash
 
-        create_log_table(self.spark, self.path, _schema())
-        append_rows(self.spark, self.path, _schema(), rows)
+        targets = sorted({r[0] for r in rows})
+        heads = dict(heads) if heads is not None else self._heads(targets)
+        names = _schema().names
+        chained = []
+        step = dt.timedelta(microseconds=1)
+        for i, r in enumerate(rows):
+            row = (*r[:3], r[3] + i * step, *r[4:])
+            prev = heads.get(row[0])
+            h = chained_hash("publish", dict(zip(names, row, strict=True)), prev)
+            heads[row[0]] = h
+            chained.append((*row, h, prev))
+        with _clock_lock:  # the next append's events come after these
+            _last_at[:] = [max([*_last_at, *(r[3] for r in chained)])]
+        create_log_table(self.spark, self.path, _write_schema())
+        append_rows(self.spark, self.path, _write_schema(), chained, merge_schema=True)
 
     @staticmethod
     def _now() -> dt.datetime:
-        return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        """UTC now, strictly after every earlier value in this process (chain order)."""
+        with _clock_lock:
+            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            if _last_at and now <= _last_at[0]:
+                now = _last_at[0] + dt.timedelta(microseconds=1)
+            _last_at[:] = [now]
+            return now
+
+    def _heads(self, targets: Sequence[str]) -> dict[str, str | None]:
+        """Each target's newest event hash (its publish chain head): one aggregation in Spark,
+        one row per target to the driver."""
+        return self._statuses_and_heads(targets)[1]
 
     def pause(self, targets: Sequence[str], *, run_id: str | None = None,
               actor: str | None = None, reason: str | None = None) -> None:
@@ -131,7 +177,8 @@ class PublishControl:
         """A run that holds the targets' locks finished: clear its hold and the holds other
         runs left behind (they ended or died: the lock says no other run is active); manual
         holds stay. One read and one append; returns the state after."""
-        before, now = self.statuses(targets), self._now()
+        before, heads = self._statuses_and_heads(targets)
+        now = self._now()
         rows: list[tuple[Any, ...]] = []
         after: dict[str, PublishStatus] = {}
         for t in targets:
@@ -141,22 +188,23 @@ class PublishControl:
                       f"cleared by run {run_id}: {reason or ''}".strip()) for h in stale]
             manual = tuple(h for h in before[t].holds if h["hold"] == MANUAL_HOLD)
             after[t] = PublishStatus(t, bool(manual), manual, now)
-        self._append(rows)
+        self._append(rows, heads)
         return after
 
     def resume(self, targets: Sequence[str], *, actor: str | None = None,
                reason: str | None = None) -> list[str]:
         """Operator's reopen: clear every set hold on the targets; returns the holds cleared."""
+        before, heads = self._statuses_and_heads(targets)
         now = self._now()
         rows, cleared = [], []
         for t in targets:
-            st = self.status(t)
+            st = before[t]
             for h in st.holds:
                 rows.append((t, h["hold"], False, now, h.get("run_id"), actor, reason))
                 cleared.append(f"{t}: {h['hold']}")
             if not st.holds:  # record the operator's decision even when already open
                 rows.append((t, MANUAL_HOLD, False, now, None, actor, reason))
-        self._append(rows)
+        self._append(rows, heads)
         return cleared
 
     def statuses(self, targets: Sequence[str] | None = None) -> dict[str, PublishStatus]:
@@ -165,20 +213,28 @@ class PublishControl:
         The newest event of each (target, hold) is chosen in Spark; only the holds still set and
         one row per target (its last change) reach the driver, at any table size.
         """
+        return self._statuses_and_heads(targets)[0]
+
+    def _statuses_and_heads(self, targets: Sequence[str] | None
+                            ) -> tuple[dict[str, PublishStatus], dict[str, str | None]]:
+        """:meth:`statuses` and each target's publish chain head, from one read."""
         df = self._events(targets)
         rows = [] if df is None else [r.asDict() for r in _current(df).collect()]
+        heads: dict[str, str | None] = {}
         set_holds: dict[str, list[dict[str, Any]]] = {}
         changed: dict[str, dt.datetime] = {}
         for r in rows:
+            head = r.pop("_head")
             if r["hold"] is None:
                 changed[r["target"]] = r["at"]
+                heads[r["target"]] = head
             else:
                 set_holds.setdefault(r["target"], []).append(r)
         out = {t: PublishStatus(t, False, (), None) for t in targets or []}
         for t in set(changed) | set(set_holds):
             holds = tuple(sorted(set_holds.get(t, []), key=lambda h: h["at"]))
             out[t] = PublishStatus(t, bool(holds), holds, changed.get(t))
-        return out
+        return out, heads
 
     def status(self, target: str) -> PublishStatus:
         return self.statuses([target])[target]
@@ -190,18 +246,21 @@ class PublishControl:
 
 def _current(events: DataFrame) -> DataFrame:
     """From the control events: one row per hold still set (newest event of its (target, hold)
-    pauses) and one row per target with ``hold`` null and ``at`` its last change."""
+    pauses) and one row per target with ``hold`` null, ``at`` its last change and ``_head`` the
+    hash of its newest event (null on the hold rows, and for tables written before auditing)."""
     from pyspark.sql import functions as F
 
     names = _schema().names
     newest = events.groupBy("target", "hold").agg(
         F.max_by(F.struct(*[F.col(c) for c in names]), F.col("at")).alias("_row"))
-    held = newest.select(*[F.col("_row")[c].alias(c) for c in names]).filter(
-        F.col("paused"))
-    last = events.groupBy("target").agg(F.max("at").alias("at")).select(
+    held = newest.select(*[F.col("_row")[c].alias(c) for c in names],
+                         F.lit(None).cast("string").alias("_head")).filter(F.col("paused"))
+    head = (F.max_by("event_hash", "at") if "event_hash" in events.columns
+            else F.lit(None).cast("string"))
+    last = events.groupBy("target").agg(F.max("at").alias("at"), head.alias("_head")).select(
         "target", F.lit(None).cast("string").alias("hold"), F.lit(None).cast("boolean")
         .alias("paused"), "at", *[F.lit(None).cast("string").alias(c)
-                                  for c in ("run_id", "actor", "reason")])
+                                  for c in ("run_id", "actor", "reason")], "_head")
     return held.unionByName(last)
 
 

@@ -4,11 +4,11 @@ For one evidence file, one run or every run of a home it reads the ledger (delta
 can, Spark otherwise: :func:`sparkguard.state_read.read_state`) and each target's history,
 then checks (pure, :mod:`sparkguard.audit_trail`):
 
-- every ledger chain of the run (its run, slice and evidence events; the lock events of its
-  targets): edited, deleted, inserted, reordered events, and chain heads the evidence recorded
-  that the ledger no longer holds;
-- the ledger tables' histories: an ``UPDATE``, ``DELETE``, ``MERGE``, ``RESTORE`` or overwrite
-  on an append-only ledger table is tampering;
+- every ledger chain of the run (its run, slice and evidence events; the lock events and the
+  publish-control events of its targets): edited, deleted, inserted, reordered events, and
+  chain heads the evidence recorded that the ledger no longer holds;
+- the ledger and publish-control tables' histories: an ``UPDATE``, ``DELETE``, ``MERGE``,
+  ``RESTORE`` or overwrite on one of these append-only tables is tampering;
 - the evidence's content hash against its content, the ledger's record of it (naming the edited
   fields) and, with ``SPARKGUARD_AUDIT_KEY`` set, its seal;
 - the Delta commits the evidence recorded against each target's history; later commits on a
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["EXIT_TAMPERED", "VerifyReport", "VerifyUsageError", "verify"]
 
 EXIT_TAMPERED = 1
-_LEDGER_TABLES = ("runs", "slices", "locks", "evidence")
+_LEDGER_TABLES = ("runs", "slices", "locks", "evidence", "publish")
 
 
 class VerifyUsageError(SparkguardError):
@@ -113,8 +113,10 @@ def _read(reader: StateReader, run_ids: Sequence[str] | None, datasets: Sequence
     if run_ids is None:
         rows["locks"] = reader.rows("locks")
         datasets = sorted({*datasets, *(r["target"] for r in rows["locks"])})
+        rows["publish"] = reader.rows("publish")
     else:
         rows["locks"] = reader.rows("locks", "target", list(datasets))
+        rows["publish"] = reader.rows("publish", "target", list(datasets))
     paths: dict[str, str] = {}
     for r in rows["evidence"]:
         if r.get("path"):
@@ -191,6 +193,9 @@ def verify(*, home: str | None, run_id: str | None = None, evidence: str | None 
     for t in targets:
         events = [r for r in data.rows["locks"] if r["target"] == t]
         report.findings += check_chain("locks", f"target {t}", events, heads_of_locks.get(t, []))
+    for t in sorted({r["target"] for r in data.rows["publish"]}):
+        events = [r for r in data.rows["publish"] if r["target"] == t]
+        report.findings += check_chain("publish", f"target {t}", events)
     return report
 
 

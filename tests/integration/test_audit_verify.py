@@ -260,6 +260,121 @@ def test_ledger_written_before_auditing_keeps_working(spark: Any, tmp_path: Path
     assert any("SET TBLPROPERTIES" not in x for x in lines)
 
 
+@pytest.fixture
+def with_control(done_run: Path, copied: tuple[Path, Path]) -> tuple[Path, Path, Path]:
+    """(evidence copy, home copy, control table copy): the copy with its publish control."""
+    ev, home = copied
+    shutil.copytree(done_run / "_sg" / "control", home / "control")
+    return ev, home, home / "control" / "publish"
+
+
+def _control_rows(spark: Any, control: Path) -> list[dict[str, Any]]:
+    return [r.asDict() for r in spark.read.format("delta").load(str(control)).orderBy("at")
+            .collect()]  # a handful of rows: one test run's publish events
+
+
+def test_publish_events_chain_per_target_and_verify_clean(
+        spark: Any, done_run: Path, with_control: tuple[Path, Path, Path], capsys: Any) -> None:
+    """The run's pause and its finish's release are one chain on the target (the release
+    continues the pause), and an untouched chain verifies clean in every mode."""
+    ev, home, control = with_control
+    target = str(done_run / "target" / "orders_clean")
+    rows = _control_rows(spark, control)
+    assert [(r["target"], r["paused"]) for r in rows] == [(target, True), (target, False)]
+    assert rows[0]["prev_hash"] is None and len(rows[0]["event_hash"]) == 64
+    assert rows[1]["prev_hash"] == rows[0]["event_hash"]
+    run_id = load_evidence(ev)["sparkguard"]["run_id"]
+    for args in (["--evidence", str(ev)], ["--run-id", run_id], ["--all"]):
+        code, lines = _verify(capsys, *args, "--home", str(home))
+        assert code == 0 and _tampers(lines) == [], lines
+        assert not any("publish[" in x for x in lines), lines
+
+
+def test_publish_event_edited_by_update(spark: Any, with_control: tuple[Path, Path, Path],
+                                        capsys: Any) -> None:
+    ev, home, control = with_control
+    _unprotect(spark, control)
+    _sql(spark, f"UPDATE delta.`{control}` SET actor = 'someone-else' WHERE paused")
+    for reader in ("delta-rs", "spark"):
+        os.environ["SPARKGUARD_READER"] = reader
+        try:
+            code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+        finally:
+            del os.environ["SPARKGUARD_READER"]
+        assert code == 1
+        found = _tampers(lines)
+        edited = [x for x in found if x.startswith("TAMPER edited publish[target ")]
+        assert len(edited) == 1 and "content does not match its event_hash" in edited[0], found
+        assert any("control/publish@v" in x and "UPDATE" in x for x in found), found
+
+
+def test_publish_event_deleted(spark: Any, done_run: Path, with_control: tuple[Path, Path, Path],
+                               capsys: Any) -> None:
+    ev, home, control = with_control
+    target = str(done_run / "target" / "orders_clean")
+    _unprotect(spark, control)
+    _sql(spark, f"DELETE FROM delta.`{control}` WHERE paused")
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 1
+    found = _tampers(lines)
+    assert any(x.startswith(f"TAMPER deleted publish[target {target}] event at ")
+               and "the event before it" in x for x in found), found
+    assert any("DELETE on an append-only ledger table" in x for x in found), found
+
+
+def test_publish_event_inserted(spark: Any, with_control: tuple[Path, Path, Path],
+                                capsys: Any) -> None:
+    """A forged release appended with a copied predecessor hash forks the chain."""
+    from sparkguard.publish import _write_schema
+
+    ev, home, control = with_control
+    first = _control_rows(spark, control)[0]
+    forged = {**first, "paused": False, "actor": "mallory"}
+    append_rows(spark, str(control), _write_schema(),
+                [tuple(forged[f.name] for f in _write_schema().fields)])
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 1
+    found = _tampers(lines)
+    assert any(x.startswith("TAMPER edited publish[target ") for x in found), found
+    assert any(x.startswith("TAMPER inserted publish[target ") for x in found), found
+
+
+def test_publish_control_written_before_auditing_keeps_working(
+        spark: Any, tmp_path: Path, capsys: Any) -> None:
+    """An old control table gains the hash columns on the next append; old rows read as
+    unchained (information), new events chain from there; is_paused answers the same through
+    delta-rs and Spark."""
+    import datetime as dt
+
+    from sparkguard.publish import PublishControl, _schema, is_paused
+
+    home = tmp_path / "_sg"
+    control = home / "control" / "publish"
+    create_log_table(spark, str(control), _schema())
+    append_rows(spark, str(control), _schema(),
+                [("t1", "manual", True, dt.datetime(2024, 1, 1), None, "ops", "old pause")])
+    assert is_paused(str(home), "t1") and is_paused(spark, "t1", str(home))
+    ctl = PublishControl(spark, str(home))
+    assert ctl.resume(["t1", "t2"], actor="ops") == ["t1: manual"]
+    PublishControl(spark, str(home)).pause(["t2"], run_id="r1", actor="ops")
+    ctl.release(["t2"], "r1")
+    ctl.pause(["t1"], actor="ops", reason="quotes ' and \" and é")
+    rows = _control_rows(spark, control)
+    assert rows[0]["event_hash"] is None
+    by_target: dict[str, list[dict[str, Any]]] = {}
+    for r in rows[1:]:
+        by_target.setdefault(r["target"], []).append(r)
+    for events in by_target.values():
+        assert events[0]["prev_hash"] is None
+        assert [e["prev_hash"] for e in events[1:]] == [e["event_hash"] for e in events[:-1]]
+    for t, paused in (("t1", True), ("t2", False)):
+        assert is_paused(str(home), t) is paused and is_paused(spark, t, str(home)) is paused
+    code, lines = _verify(capsys, "--all", "--home", str(home))
+    assert code == 0, lines
+    assert [x.split()[1:3] for x in lines if x.startswith("INFO unchained")] == [
+        ["unchained", "publish[target"]], lines
+
+
 def test_usage_errors_exit_2(tmp_path: Path, capsys: Any) -> None:
     assert main(["verify"]) == 2
     assert main(["verify", "--evidence", str(tmp_path / "nope.yaml")]) == 2
