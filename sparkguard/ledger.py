@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import socket
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -40,6 +39,7 @@ from sparkguard import delta_ops
 from sparkguard.delta_ops import append_rows, create_log_table, delta_log_exists, is_conflict
 from sparkguard.errors import ConcurrentRunError, SparkguardError
 from sparkguard.ledger_model import (  # the pure side, re-exported (no pyspark there)
+    CLOCK,
     RUN_STATES,
     TERMINAL_STATES,
     LockInfo,
@@ -136,8 +136,6 @@ _MAX_ROWS = 20000
 # Runs of one plan that a starting run loads (newest first; plus the newest passing dry run).
 _PLAN_RUNS = 50
 
-_clock_lock = threading.Lock()
-_last_at: list[dt.datetime] = []
 _known_tables: set[str] = set()
 
 
@@ -149,12 +147,7 @@ def new_run_id(now: dt.datetime | None = None) -> str:
 
 def _now() -> dt.datetime:
     """UTC now (naive), strictly increasing within this process so events keep their order."""
-    with _clock_lock:
-        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-        if _last_at and now <= _last_at[0]:
-            now = _last_at[0] + dt.timedelta(microseconds=1)
-        _last_at[:] = [now]
-        return now
+    return CLOCK.now()
 
 
 def _json(value: Any) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,10 +20,12 @@ from sparkguard import audit
 
 __all__ = [
     "CHAIN_ORDER",
+    "CLOCK",
     "RUN_STATES",
     "TARGET_EVENTS",
     "TERMINAL_STATES",
     "LockInfo",
+    "MonotonicClock",
     "PlanHistory",
     "RunProgress",
     "TargetProgress",
@@ -35,6 +38,33 @@ __all__ = [
     "pid_alive",
     "run_progress",
 ]
+
+
+class MonotonicClock:
+    """UTC now (naive), strictly increasing within this process: chained events (ledger and
+    publish control alike) keep their order even when the wall clock repeats or steps back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dt.datetime | None = None
+
+    def now(self) -> dt.datetime:
+        """The next instant, at least 1 µs after every earlier one."""
+        with self._lock:
+            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            if self._last is not None and now <= self._last:
+                now = self._last + dt.timedelta(microseconds=1)
+            self._last = now
+            return now
+
+    def advance_past(self, instants: Iterable[dt.datetime]) -> None:
+        """Later calls to :meth:`now` come after each of ``instants``."""
+        with self._lock:
+            self._last = max([*([self._last] if self._last else []), *instants])
+
+
+CLOCK = MonotonicClock()
+
 
 # The run state machine; docs/state-machine.md explains each state and what a re-run does.
 RUN_STATES: dict[str, str] = {

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sparkguard.ledger_model import CLOCK
 from sparkguard.sql import IDENTIFIER_RE, TableRef, quote_identifier
 
 # No pyspark at import: downstream jobs import this module for :func:`is_paused` with only
@@ -35,8 +35,6 @@ MANUAL_HOLD = "manual"
 # chained per target (previous = the target's newest event). Tables written before auditing gain
 # the columns by schema evolution on the next append; their old rows read as unchained.
 _HASH_NAMES = ("event_hash", "prev_hash")
-_clock_lock = threading.Lock()
-_last_at: list[dt.datetime] = []
 
 
 def _schema() -> Any:
@@ -140,20 +138,14 @@ class PublishControl:
             h = chained_hash("publish", dict(zip(names, row, strict=True)), prev)
             heads[row[0]] = h
             chained.append((*row, h, prev))
-        with _clock_lock:  # the next append's events come after these
-            _last_at[:] = [max([*_last_at, *(r[3] for r in chained)])]
+        CLOCK.advance_past(r[3] for r in chained)  # the next append's events come after these
         create_log_table(self.spark, self.path, _write_schema())
         append_rows(self.spark, self.path, _write_schema(), chained, merge_schema=True)
 
     @staticmethod
     def _now() -> dt.datetime:
         """UTC now, strictly after every earlier value in this process (chain order)."""
-        with _clock_lock:
-            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-            if _last_at and now <= _last_at[0]:
-                now = _last_at[0] + dt.timedelta(microseconds=1)
-            _last_at[:] = [now]
-            return now
+        return CLOCK.now()
 
     def _heads(self, targets: Sequence[str]) -> dict[str, str | None]:
         """Each target's newest event hash (its publish chain head): one aggregation in Spark,
