@@ -63,6 +63,16 @@ def test_layout_fixes_the_window_only_in_another_time_zone(la_session: Any, tmp_
     assert f["outside_window_changed"] == 0
     assert f["window_rows_wrong"] == 0
     assert out.targets["events"].verified
+    # per-bucket verdicts: one row per UTC bucket of the plan in the evidence's Markdown, and the chart
+    from sparkguard.plan.window_spec import range_window
+
+    rw = range_window(load_plan(plan))
+    if rw is not None:
+        assert out.evidence_path is not None
+        md = Path(out.evidence_path).with_suffix(".md").read_text(encoding="utf-8")
+        rows = [ln.split("|")[1].strip() for ln in md.splitlines() if ln.startswith("| 2026-")]
+        assert set(rw.labels) <= set(rows), (rw.labels, rows)
+        assert Path(out.evidence_path).with_suffix(".png").stat().st_size > 0
 
 
 def test_generated_partition_column_is_pruned_by_the_timestamp_predicate(spark: Any,
