@@ -138,7 +138,7 @@ def _inside(lay: Layout, t: dt.datetime) -> bool:
 
 def layout_plan(lay: Layout, root: Path) -> dict[str, Any]:
     """The YAML-ready plan repairing the layout's window."""
-    merge = lay.promotion == "merge"
+    merge = lay.promotion != "replace_where"
     window: dict[str, Any] = {"start_utc": lay.start.isoformat().replace("+00:00", "Z"),
                               "end_utc": lay.end.isoformat().replace("+00:00", "Z"),
                               "max_partitions": 48}

@@ -206,3 +206,27 @@ def _gates(node: Any) -> Iterator[dict[str, Any]]:
     elif isinstance(node, list):
         for v in node:
             yield from _gates(v)
+
+
+@pytest.mark.parametrize("name", ["timestamp_partial_day", "unpartitioned_merge", "clustered_merge",
+                                  "date_hour"])
+def test_merge_changed_promotion_on_time_range_layouts(la_session: Any, tmp_path: Path,
+                                                       name: str) -> None:
+    """``promotion: merge_changed`` bounded by a time-range window: the window is fixed, the
+    rows outside it are untouched, in another session time zone."""
+    import dataclasses
+
+    lay = dataclasses.replace(LAYOUTS[name], promotion="merge_changed")
+    spark = la_session
+    plan = build_layout(spark, tmp_path / name, lay)
+    lines: list[str] = []
+    out = _run(spark, plan, lines)
+    assert out.exit_code == 0, "\n".join(lines[-30:])
+    f = figures(spark, tmp_path / name, lay)
+    assert f["window_rows_fixed"] > 0
+    assert f["outside_window_changed"] == 0
+    assert f["window_rows_wrong"] == 0
+    assert out.targets["events"].verified
+    op = spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path / name / 'target' / 'events'}` LIMIT 1"
+                   ).first()["operation"]
+    assert op == "MERGE"
