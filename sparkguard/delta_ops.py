@@ -446,6 +446,12 @@ def write_partitions(df: DataFrame, ref: TableRef, predicate: str,
     writer = df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
     if cols:
         writer = writer.partitionBy(*cols)
+    _save(writer, ref, metadata, txn)
+
+
+def _save(writer: Any, ref: TableRef, metadata: str | None, txn: tuple[str, int] | None) -> None:
+    """Run a Delta write into ``ref`` with its commit's userMetadata and idempotent txn as
+    per-write options (never session confs)."""
     if metadata:
         writer = writer.option("userMetadata", metadata)
     if txn:
@@ -460,14 +466,8 @@ def write_partitions(df: DataFrame, ref: TableRef, predicate: str,
 def promote_replace_where(df: DataFrame, ref: TableRef, predicate: str, metadata: str,
                           txn: tuple[str, int]) -> None:
     """Promote the window in one commit with replaceWhere; idempotent through txnAppId/Version."""
-    writer = (df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
-              .option("userMetadata", metadata)
-              .option("txnAppId", txn[0]).option("txnVersion", txn[1]))
-    if ref.path is not None:
-        writer.save(ref.path)
-    else:
-        assert ref.name is not None
-        writer.saveAsTable(ref.name)
+    _save(df.write.format("delta").mode("overwrite").option("replaceWhere", predicate), ref,
+          metadata, txn)
 
 
 def _has_map(dtype: DataType) -> bool:
@@ -509,14 +509,7 @@ def promote_merge(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Seque
     if before is not None and current_version(spark, ref) == before:
         # Delta skipped the MERGE of an empty change set: the promotion still needs its
         # commit, which a resumed run finds by its userMetadata (the txn makes it non-empty)
-        empty = df.limit(0).write.format("delta").mode("append").option("userMetadata", metadata)
-        if txn is not None:
-            empty = empty.option("txnAppId", txn[0]).option("txnVersion", txn[1])
-        if ref.path is not None:
-            empty.save(ref.path)
-        else:
-            assert ref.name is not None
-            empty.saveAsTable(ref.name)
+        _save(df.limit(0).write.format("delta").mode("append"), ref, metadata, txn)
 
 
 def _merge(spark: SparkSession, source: DataFrame, ref: TableRef, keys: Sequence[str],
