@@ -4,7 +4,7 @@ Spark Connect (Databricks serverless, standard access mode clusters, Databricks 
 ``sc://`` URL) has no ``SparkContext`` and no JVM gateway in the client process. Everything else
 in sparkguard uses only APIs both kinds of session offer; this module is the only one allowed to
 touch the classic-only handles, and it does so only after :func:`is_connect` said the session is
-classic. ``tests/test_connect.py`` fails when another module under ``sparkguard/`` names them.
+classic. ``tests/system/test_connect.py`` fails when another module under ``sparkguard/`` names them.
 
 What differs, and what each kind of session gets:
 

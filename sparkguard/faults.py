@@ -1,6 +1,6 @@
 """Named failpoints: ``SPARKGUARD_FAULT_AT=<name>`` kills the process there, like SIGKILL.
 
-A testing aid for the crash suite (``tests/test_crash_suite.py``, ``bench/reliability.py``):
+A testing aid for the crash suite (``tests/system/test_crash_suite.py``, ``bench/reliability.py``):
 the process exits at once with code 137, skipping ``finally`` blocks, atexit handlers and
 Spark's shutdown, as a dying driver would. Unset, a failpoint costs one environment lookup.
 Names are listed in the order a run reaches them; ``sparkguard faults`` prints them.
