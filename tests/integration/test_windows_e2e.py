@@ -44,6 +44,21 @@ def _target(spark: Any, root: Path) -> Any:
     return spark.read.format("delta").load(str(root / "target" / "events"))
 
 
+def _fixed(spark: Any, root: Path, lay: Any) -> tuple[Path, RunOutcome]:
+    """Build the layout's lake at ``root``, run its plan, and check the window was fixed with
+    nothing outside it changed; return the plan and the outcome."""
+    plan = build_layout(spark, root, lay)
+    lines: list[str] = []
+    out = _run(spark, plan, lines)
+    assert out.exit_code == 0, "\n".join(lines[-30:])
+    f = figures(spark, root, lay)
+    assert f["window_rows_fixed"] > 0
+    assert f["outside_window_changed"] == 0
+    assert f["window_rows_wrong"] == 0
+    assert out.targets["events"].verified
+    return plan, out
+
+
 # the layouts whose window is written without the session time zone (a generated
 # CAST(event_ts AS DATE) column is evaluated by Delta in the session zone: tested in UTC)
 _TZ_FREE = [n for n, lay in LAYOUTS.items() if not lay.generated_date]
@@ -54,15 +69,7 @@ def test_layout_fixes_the_window_only_in_another_time_zone(la_session: Any, tmp_
                                                            name: str) -> None:
     lay = LAYOUTS[name]
     spark = la_session
-    plan = build_layout(spark, tmp_path / name, lay)
-    lines: list[str] = []
-    out = _run(spark, plan, lines)
-    assert out.exit_code == 0, "\n".join(lines[-30:])
-    f = figures(spark, tmp_path / name, lay)
-    assert f["window_rows_fixed"] > 0
-    assert f["outside_window_changed"] == 0
-    assert f["window_rows_wrong"] == 0
-    assert out.targets["events"].verified
+    plan, out = _fixed(spark, tmp_path / name, lay)
     # per-bucket verdicts: one row per UTC bucket of the plan in the evidence's Markdown, and the chart
     from sparkguard.plan.window_spec import range_window
 
@@ -218,15 +225,7 @@ def test_merge_changed_promotion_on_time_range_layouts(la_session: Any, tmp_path
 
     lay = dataclasses.replace(LAYOUTS[name], promotion="merge_changed")
     spark = la_session
-    plan = build_layout(spark, tmp_path / name, lay)
-    lines: list[str] = []
-    out = _run(spark, plan, lines)
-    assert out.exit_code == 0, "\n".join(lines[-30:])
-    f = figures(spark, tmp_path / name, lay)
-    assert f["window_rows_fixed"] > 0
-    assert f["outside_window_changed"] == 0
-    assert f["window_rows_wrong"] == 0
-    assert out.targets["events"].verified
+    _fixed(spark, tmp_path / name, lay)
     op = spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path / name / 'target' / 'events'}` LIMIT 1"
                    ).first()["operation"]
     assert op == "MERGE"
