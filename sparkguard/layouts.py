@@ -41,7 +41,7 @@ class Layout:
     ntz: bool = False
     hour_column: bool = False
     promotion: str = "replace_where"
-    extra: dict[str, Any] = field(default_factory=dict)
+    execution: dict[str, Any] = field(default_factory=dict)  # added to the plan's execution
 
     @property
     def columns(self) -> list[str]:
@@ -164,7 +164,7 @@ def layout_plan(lay: Layout, root: Path) -> dict[str, Any]:
         "execution": {"mode": "merge" if merge else "replay", "idempotent": True,
                       "write_strategy": ("MERGE on event_id bounded by the window"
                                          if merge else "replaceWhere over the window"),
-                      "dry_run_completed": False, "proof_slice": True},
+                      "dry_run_completed": False, "proof_slice": True, **lay.execution},
         "safeguards": {"publish_paused": True, "downstream_notifications": ["events-bi"],
                        "rollback_strategy": "RESTORE to the version recorded before promotion"},
         "validation": {"checks": [

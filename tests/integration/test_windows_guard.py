@@ -48,3 +48,21 @@ def test_live_guard_on_window_columns(spark: Any, tmp_path: Path) -> None:
     missing = _live(spark, root, "unpartitioned_ntz", name="event_time")
     assert any(f.code == "partition_column_missing" and "event_time" in f.message
                for f in missing)
+
+
+@pytest.mark.spark
+def test_live_guard_checks_both_columns_of_a_date_hour_window(spark: Any, tmp_path: Path) -> None:
+    root = tmp_path / "dh"
+    build_layout(spark, root, LAYOUTS["date_hour"], approve=False)
+    codes = {f.code for f in _live(spark, root, "date_hour")}
+    assert not codes & {"partition_type_mismatch", "partition_column_missing"}
+    # the hour column is a string column: refused, naming it and the integer types it needs
+    wrong = [f for f in _live(spark, root, "date_hour", hour_column="note")
+             if f.code == "partition_type_mismatch"]
+    assert len(wrong) == 2 and all("'note'" in f.message and "int" in f.message for f in wrong)
+    missing = _live(spark, root, "date_hour", hour_column="hour")
+    assert any(f.code == "partition_column_missing" and "'hour'" in f.message for f in missing)
+    # the date column named as the hour's integer column: refused for its type
+    swapped = _live(spark, root, "date_hour", name="hr", hour_column="dt")
+    assert any(f.code == "partition_type_mismatch" and "'hr'" in f.message and "date" in f.message
+               for f in swapped)
