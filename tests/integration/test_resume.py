@@ -20,6 +20,7 @@ from sparkguard.publish import is_paused
 from sparkguard.run.evaluator import run_backfill
 from sparkguard.run.report import RunOutcome
 from sparkguard.run.stages import RunOptions
+from tests.failpoints import dies_at
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -32,10 +33,6 @@ def flaky_transform(spark: SparkSession, source: DataFrame, partitions: list[obj
     if bad:
         raise RuntimeError(f"transform bug on {sorted(bad)}")
     return transform_orders(spark, source, partitions)
-
-
-class Crash(BaseException):
-    """A driver dying at a failpoint: no except-handler of the run runs, only finally."""
 
 
 
@@ -117,17 +114,7 @@ def test_crash_after_the_promotion_commit_does_not_promote_twice(
     plan = write_plan(root, _one_slice)
     target, home = root / "target" / "orders_clean", str(root / "_sg")
     v0 = _history(spark, target)[-1]["version"]
-    real = faults.failpoint
-
-    def crash_at(name: str) -> None:
-        if name == where:
-            raise Crash(name)
-        real(name)
-
-    monkeypatch.setattr(faults, "failpoint", crash_at)
-    with pytest.raises(Crash):
-        _run(spark, plan)
-    monkeypatch.setattr(faults, "failpoint", real)
+    dies_at(monkeypatch, faults, where, lambda: _run(spark, plan))
     led = Ledger(spark, home)
     (crashed,) = led.latest_runs()
     last = run_progress(led.run_events(crashed.run_id))

@@ -20,13 +20,10 @@ from sparkguard.cli import main
 from sparkguard.demo import transform_orders
 from sparkguard.ledger import Ledger, run_progress
 from sparkguard.sql import TableRef
+from tests.failpoints import at_failpoint, dies_at
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
-
-
-class Crash(BaseException):
-    pass
 
 
 
@@ -98,17 +95,8 @@ def test_rollback_refused_when_others_committed_unless_forced_and_finished_after
     assert len(_history(spark, target)) == n  # nothing restored
     assert run_progress(Ledger(spark, home).run_events(run_id)).state == "done"
     # forced, and the process dies right after the RESTORE commit
-    real = rollback.failpoint
-
-    def crash(name: str) -> None:
-        if name == "after_rollback_restore":
-            raise Crash(name)
-        real(name)
-
-    monkeypatch.setattr(rollback, "failpoint", crash)
-    with pytest.raises(Crash):
-        rollback.rollback_run(spark, home, run_id, force=True, out=lambda _m: None)
-    monkeypatch.setattr(rollback, "failpoint", real)
+    dies_at(monkeypatch, rollback, "after_rollback_restore",
+            lambda: rollback.rollback_run(spark, home, run_id, force=True, out=lambda _m: None))
     assert run_progress(Ledger(spark, home).run_events(run_id)).state == "rolling_back"
     assert len(_history(spark, target)) == n + 1
     # the same command again finds its RESTORE and finishes without a second one
@@ -208,22 +196,17 @@ def test_a_commit_landing_between_the_check_and_restore_refuses_the_restore(
     is read again right before RESTORE, which is refused (exit 2); the commit survives."""
     root, run_id, _before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
     target = root / "target" / "orders_clean"
-    real = rollback.failpoint
+    def late_writer(_name: str) -> None:
+        DeltaTable.forPath(spark, str(target)).update(F.col("order_id") == 1_000_001,
+                                                      {"status": F.lit("late-fix")})
 
-    def late_writer(name: str) -> None:
-        if name == "mid_rollback":
-            DeltaTable.forPath(spark, str(target)).update(F.col("order_id") == 1_000_001,
-                                                          {"status": F.lit("late-fix")})
-        real(name)
-
-    monkeypatch.setattr(rollback, "failpoint", late_writer)
-    assert _rollback(root, run_id) == 2
+    with at_failpoint(monkeypatch, rollback, "mid_rollback", late_writer):
+        assert _rollback(root, run_id) == 2
     err = capsys.readouterr().err
     late = _history(spark, target)[-1]
     assert late["operation"] == "UPDATE"  # no RESTORE after it
     assert f"v{late['version']} UPDATE" in err and "RESTORE refused" in err
     assert _read(spark, target).filter(F.col("status") == "late-fix").count() == 1
-    monkeypatch.setattr(rollback, "failpoint", real)
     # the lock is free again, and a re-run sees the commit at its first check
     assert _rollback(root, run_id) == 2
     assert "--force" in capsys.readouterr().err

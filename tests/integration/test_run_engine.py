@@ -27,6 +27,7 @@ from sparkguard.run.data import TransformResultError
 from sparkguard.run.evaluator import FailureEvidenceError, run_backfill
 from sparkguard.run.report import RunOutcome
 from sparkguard.run.undo import RestoreFailedError
+from tests.failpoints import dies_at
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -178,25 +179,11 @@ def test_a_failed_restore_does_not_hide_the_error_that_caused_it(
     assert evaluator.FailureEvidenceError is FailureEvidenceError
 
 
-class Crash(BaseException):
-    """A driver dying at a failpoint: no except-handler of the run runs, only finally."""
-
-
 def test_resume_after_the_promotion_commit_names_the_true_last_step(
         spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
     root = copy_lake(base_lake, tmp_path / "lake")
     plan = write_plan(root)
-    real = faults.failpoint
-
-    def crash_at(name: str) -> None:
-        if name == "after_promote_commit":
-            raise Crash(name)
-        real(name)
-
-    monkeypatch.setattr(faults, "failpoint", crash_at)
-    with pytest.raises(Crash):
-        _run(spark, plan)
-    monkeypatch.setattr(faults, "failpoint", real)
+    dies_at(monkeypatch, faults, "after_promote_commit", lambda: _run(spark, plan))
     lines: list[str] = []
     out = _run(spark, plan, lines)
     assert out.exit_code == 0, out.message
