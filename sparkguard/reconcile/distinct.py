@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from sparkguard.reconcile.hashing import column
 from sparkguard.reconcile.layout import _TAG, _expr_of, _Layout
 from sparkguard.reconcile.spec import ReconcileSpec
 
@@ -50,7 +51,7 @@ def _distinct_frame(spec: ReconcileSpec, lay: _Layout,
         mine = {name: _expr_of(spec, i, str(side)) for (i, s), name in cols.items() if s == side}
         values = [(F.expr(mine[name]) if name in mine else F.lit(None).cast(dt)).alias(name)
                   for name, dt in types.items()]
-        parts.append(df.select(F.lit(side).cast("byte").alias(_TAG), F.col(lay.p).alias(lay.p),
+        parts.append(df.select(F.lit(side).cast("byte").alias(_TAG), column(lay.p).alias(lay.p),
                                *values))
     union = functools.reduce(lambda a, b: a.unionByName(b), parts)
     window = union.groupBy(_TAG).agg(F.lit(1).alias("__sg_g"),

@@ -14,8 +14,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkguard.reconcile.spec import ColumnInfo
+from sparkguard.sql import quote_column
 
-__all__ = ["columns_of", "row_hash", "table_fingerprint"]
+__all__ = ["column", "columns_of", "row_hash", "table_fingerprint"]
 
 _LOW32 = 0xFFFFFFFF
 
@@ -35,9 +36,14 @@ def _has_map(dt: T.DataType) -> bool:
     return False
 
 
+def column(name: str) -> Column:
+    """A column by its exact name: a dot, a space or a backquote is part of the name."""
+    return F.col(quote_column(name))
+
+
 def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
     """The column as a value Spark can hash: maps become entries sorted by key, variants JSON."""
-    col, dt = F.col(name), df.schema[name].dataType
+    col, dt = column(name), df.schema[name].dataType
     if isinstance(dt, T.MapType) and not _has_map(dt.keyType) and not _has_map(dt.valueType):
         return F.array_sort(F.map_entries(col))
     if _has_map(dt) or type(dt).__name__ == "VariantType":
@@ -56,7 +62,7 @@ def _pack_flags(flags: Sequence[Column]) -> list[Column]:
 
 def _null_mask(cols: Sequence[str]) -> list[Column]:
     """Bit masks of null flags so (null, 1) and (1, null) hash apart."""
-    return _pack_flags([F.col(c).isNull() for c in cols])
+    return _pack_flags([column(c).isNull() for c in cols])
 
 
 def row_hash(df: DataFrame, cols: Sequence[str], rtrim: bool = False) -> Column:
@@ -69,7 +75,7 @@ def row_hash(df: DataFrame, cols: Sequence[str], rtrim: bool = False) -> Column:
 
 def _column_hash(df: DataFrame, name: str, rtrim: bool) -> Column:
     """32-bit hash of one column, null distinct from every value."""
-    return F.hash(_hashable(df, name, rtrim), F.col(name).isNull()).cast("long")
+    return F.hash(_hashable(df, name, rtrim), column(name).isNull()).cast("long")
 
 
 def _packed_hashes(df: DataFrame, cols: Sequence[str], rtrim: bool) -> list[Column]:

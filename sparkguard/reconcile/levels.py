@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from sparkguard.reconcile.hashing import _LOW32, _pack_flags
+from sparkguard.reconcile.hashing import _LOW32, _pack_flags, column
 from sparkguard.reconcile.layout import (
     _BUCKETS,
     _H,
@@ -92,7 +92,7 @@ def _l2_frame(spec: ReconcileSpec, lay: _Layout, l1: DataFrame) -> DataFrame:
     bits = _pack_flags(changed)
     partials = [c for c in l1.columns if c.startswith(("__sg_m", "__sg_z"))]
     classified = l1.select(
-        F.col(lay.p).alias(lay.p), tag.alias("__sg_t"), kind.cast("byte").alias("__sg_k"),
+        column(lay.p).alias(lay.p), tag.alias("__sg_t"), kind.cast("byte").alias("__sg_k"),
         dup.alias("__sg_d"), n1.alias("__sg_n1"), n2.alias("__sg_n2"),
         *[F.when(kind == _K_CHANGE, b).alias(f"__sg_x{i}") for i, b in enumerate(bits)],
         F.when(sampled, value).alias("__sg_v"), bucket.alias("__sg_b"), *partials)
@@ -144,8 +144,8 @@ def _fold_groups(lay: _Layout, groups: Sequence[Mapping[str, Any]]) -> list[dict
 def _sample_value(lay: _Layout) -> tuple[Column, Column]:
     """(value kept for a sampled key, its bucket): the key itself when it is one integral column
     (so the fetch can push ``key IN (...)`` down), else a 64-bit hash of the keys."""
-    kh = F.xxhash64(*[F.col(k) for k in lay.keys])
-    value = F.col(lay.keys[0]).cast("long") if lay.integral_key else kh
+    kh = F.xxhash64(*[column(k) for k in lay.keys])
+    value = column(lay.keys[0]).cast("long") if lay.integral_key else kh
     return value, F.pmod(kh, F.lit(_BUCKETS))
 
 

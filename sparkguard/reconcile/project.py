@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from sparkguard.plan.model import Aggregation
-from sparkguard.reconcile.hashing import _LOW32, _packed_hashes, row_hash
+from sparkguard.reconcile.hashing import _LOW32, _packed_hashes, column, row_hash
 from sparkguard.reconcile.layout import (
     _H,
     _N,
@@ -48,7 +48,7 @@ def _nonfinite(value: Column) -> Column:
 
 def _flag(kind: str, what: str) -> Column:
     if kind == "null":
-        return F.col(what).isNull()
+        return column(what).isNull()
     value = F.expr(what)
     if kind == "nonfinite":
         return _nonfinite(value)
@@ -88,9 +88,9 @@ def _metric_inputs(spec: ReconcileSpec, lay: _Layout, side: int) -> list[Column]
 def _project(spec: ReconcileSpec, lay: _Layout, df: DataFrame, side: int) -> DataFrame:
     """The one projection of a side: only what the aggregation needs."""
     keyed = side != SOURCE or lay.source_keyed
-    cols: list[Column] = [F.col(lay.p).alias(lay.p)]
+    cols: list[Column] = [column(lay.p).alias(lay.p)]
     for k, kt in zip(lay.keys, lay.key_types, strict=True):
-        cols.append(F.col(k).alias(k) if keyed else F.lit(None).cast(kt).alias(k))
+        cols.append(column(k).alias(k) if keyed else F.lit(None).cast(kt).alias(k))
     if lay.tagged:
         cols.append(F.lit(_TAG_KEY if side != SOURCE else _TAG_SOURCE).cast("byte").alias(_TAG))
     cols.append(F.lit(_TARGET_ONE if side == TARGET else 1).cast("long").alias(_N))
@@ -99,11 +99,11 @@ def _project(spec: ReconcileSpec, lay: _Layout, df: DataFrame, side: int) -> Dat
         if lay.exact:
             cols.append(row_hash(df, lay.exact, rtrim).alias(_H))
             cols += _packed_hashes(df, lay.exact, rtrim)
-        cols += [F.col(c).cast("double").alias(f"__sg_f{j}") for j, c in enumerate(lay.floats)]
+        cols += [column(c).cast("double").alias(f"__sg_f{j}") for j, c in enumerate(lay.floats)]
     cols += _metric_inputs(spec, lay, side)
     if side != SHADOW or not lay.alt_dups:
         return df.select(*cols)
-    extra = [F.col(c).alias(f"__sg_a{tag}_{j}") for tag, what in lay.alt_dups
+    extra = [column(c).alias(f"__sg_a{tag}_{j}") for tag, what in lay.alt_dups
              for j, c in enumerate(what)]
     return _expand(lay, df.select(*cols, *extra), len(cols))
 
@@ -118,13 +118,13 @@ def _expand(lay: _Layout, projected: DataFrame, n_base: int) -> DataFrame:
     def variant(values: Mapping[str, Column]) -> Column:
         return F.struct(*[values.get(n, F.lit(None).cast(types[n])).alias(n) for n in names])
 
-    rows = [variant({n: F.col(n) for n in base})]
+    rows = [variant({n: column(n) for n in base})]
     for tag, _what in lay.alt_dups:
         # the partition is left empty: a key set outside (partition, keys) is unique across the
         # window, so its duplicates are counted over the window, not per partition
         values: dict[str, Column] = {_TAG: F.lit(tag).cast("byte"), _N: F.lit(1).cast("long"),
                                      lay.p: F.lit(None).cast(types[lay.p])}
-        values.update({n: F.col(n) for n in extra if n.startswith(f"__sg_a{tag}_")})
+        values.update({n: column(n) for n in extra if n.startswith(f"__sg_a{tag}_")})
         rows.append(variant(values))
     return projected.select(F.explode(F.array(*rows)).alias("__sg_row")).select("__sg_row.*")
 

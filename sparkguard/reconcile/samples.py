@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from sparkguard.reconcile.hashing import column
 from sparkguard.reconcile.layout import _BUCKETS, _KINDS, _Layout
 from sparkguard.reconcile.spec import ReconcileSpec
 
@@ -69,8 +70,8 @@ def _pick_samples(lay: _Layout, per_part: Mapping[Any, Mapping[str, Any]],
 def _key_match(lay: _Layout, samples: Sequence[_Sample]) -> Column:
     values = sorted({s.value for s in samples})
     if lay.integral_key:
-        return F.col(lay.keys[0]).cast("long").isin(values)
-    return F.xxhash64(*[F.col(k) for k in lay.keys]).isin(values)
+        return column(lay.keys[0]).cast("long").isin(values)
+    return F.xxhash64(*[column(k) for k in lay.keys]).isin(values)
 
 
 def _fetch(lay: _Layout, samples: Sequence[_Sample], shadow: DataFrame, target: DataFrame | None,
@@ -88,11 +89,11 @@ def _fetch(lay: _Layout, samples: Sequence[_Sample], shadow: DataFrame, target: 
     for name, df, mine in sides:
         if df is None or not mine:
             continue
-        picked = df.filter(F.col(lay.p).isin(parts) & _key_match(lay, mine))
+        picked = df.filter(column(lay.p).isin(parts) & _key_match(lay, mine))
         frames.append(picked.select(
             F.lit(name).alias("__sg_side"),
-            F.xxhash64(*[F.col(k) for k in lay.keys]).alias("__sg_kh"),
-            F.struct(*[F.col(c) for c in df.columns]).alias(f"__sg_row_{name}")))
+            F.xxhash64(*[column(k) for k in lay.keys]).alias("__sg_kh"),
+            F.struct(*[column(c) for c in df.columns]).alias(f"__sg_row_{name}")))
     union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     # limit then a one-partition exchange: one job, not the incremental scans of collect-limit
     for r in union.limit(8 * len(samples) + 8).repartition(1).collect():

@@ -496,3 +496,22 @@ def test_sum_of_a_compared_float_column_reuses_its_shuffled_value(spark: Any) ->
     assert stats.metrics["avg_x"] == {"source": None, "shadow": 8.0 / 3, "target": 2.5}
     assert stats.metrics["n_x"] == {"source": 0, "shadow": 3, "target": 2}
     assert res.preview is not None and (res.preview.unchanged, res.preview.ambiguous) == (1, 1)
+
+
+def test_column_names_with_a_dot_a_backquote_and_a_space(spark: Any) -> None:
+    """Columns are taken by their exact names: ``amount.usd`` is one column, not a struct field,
+    and a backquote or a space is part of a name; changes and samples name them as written."""
+    schema = "p date, k int, `amount.usd` double, `note``q` string, `has space` int"
+    target = spark.createDataFrame([(DAYS[0], 1, 1.0, "a", 1), (DAYS[0], 2, 2.0, "b", 2),
+                                    (DAYS[0], 3, None, None, 3)], schema)
+    shadow = spark.createDataFrame([(DAYS[0], 1, 1.5, "a", 1), (DAYS[0], 2, 2.0, "b'", 2),
+                                    (DAYS[0], 3, None, None, 4)], schema)
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), not_null=("amount.usd",))
+    res = reconcile(spec, shadow=shadow, target=target, partitions=[DAYS[0]])
+    assert res.preview is not None and res.preview.changed == 3
+    assert res.preview.changed_by_column == {"amount.usd": 1, "note`q": 1, "has space": 1}
+    by_key = {e["key"]["k"]: e["changed_columns"] for e in res.preview.sample}
+    assert by_key == {1: ["amount.usd"], 2: ["note`q"], 3: ["has space"]}
+    nulls = [g for g in res.gates if g.gate.startswith("not_null") and g.partition is None]
+    assert nulls and not nulls[0].passed  # key 3's amount.usd is null in the shadow
