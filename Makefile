@@ -83,7 +83,7 @@ bench-ledger: $(STAMP)
 	flock $(SPARK_LOCK) $(BIN)/python bench/ledger_scale.py
 
 # The README's Reliability table: a real spark-submit killed at every failpoint and re-run,
-# the concurrency scenarios and the hostile-plan corpus (about 45 min on 2 cores).
+# the concurrency scenarios and the hostile-plan corpus (about 25 min on 2 cores).
 reliability: install
 	flock $(SPARK_LOCK) $(BIN)/python bench/reliability.py
 
