@@ -38,13 +38,7 @@ from sparkguard.draft.render import Draft, render_draft
 from sparkguard.errors import PlanError, PlanProblem
 from sparkguard.plan.loader import load_plan_text
 from sparkguard.plan.model import PlanValueError, TargetSpec, Transform
-from sparkguard.sql import (
-    IDENTIFIER_RE,
-    PartitionType,
-    TableRef,
-    quote_column,
-    window_predicate,
-)
+from sparkguard.sql import IDENTIFIER_RE, PartitionType, TableRef, window_predicate
 
 __all__ = ["DraftRequest", "draft_plan", "infer_draft"]
 
@@ -159,8 +153,8 @@ def _rows_per_partition(df: DataFrame, col: str, pred: str) -> dict[str, int]:
 def _profile(win: DataFrame, cols: list[Column]) -> tuple[int, dict[str, int], list[str]]:
     """(rows, nulls per column, float columns holding NaN) of the window, in one aggregation."""
     aggs = [F.count(F.lit(1)).alias("__rows")]
-    aggs += [F.count(F.col(quote_column(c.name))).alias(f"__nn{i}") for i, c in enumerate(cols)]
-    aggs += [F.sum(F.isnan(F.col(quote_column(c.name))).cast("long")).alias(f"__nan{i}")
+    aggs += [F.count(F.col(c.name)).alias(f"__nn{i}") for i, c in enumerate(cols)]
+    aggs += [F.sum(F.isnan(F.col(c.name)).cast("long")).alias(f"__nan{i}")
              for i, c in enumerate(cols) if c.is_float]
     row = win.agg(*aggs).first()
     assert row is not None
