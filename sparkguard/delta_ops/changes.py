@@ -1,0 +1,56 @@
+"""The change set of a window: the rows of a recomputation that differ from the target's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+
+from sparkguard.delta_ops.tables import read_table
+from sparkguard.sql import CHANGE_OP, TableRef, changed_condition, merge_condition, quote_column
+
+__all__ = ["window_changes"]
+
+
+def _has_map(dtype: DataType) -> bool:
+    """Whether a type holds a map anywhere (maps cannot be compared with ``<=>``)."""
+    if isinstance(dtype, MapType):
+        return True
+    if isinstance(dtype, ArrayType):
+        return _has_map(dtype.elementType)
+    if isinstance(dtype, StructType):
+        return any(_has_map(f.dataType) for f in dtype.fields)
+    return False
+
+
+def window_changes(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequence[str],
+                   window_predicate_target: str, delete_unmatched: bool) -> DataFrame:
+    """The rows of ``df`` (the new window) that differ from the target's window, each with
+    :data:`~sparkguard.sql.CHANGE_OP`: ``'I'`` a key only in ``df``, ``'U'`` a key in both
+    whose non-key values differ (null-safe, :func:`~sparkguard.sql.changed_condition`), and,
+    with ``delete_unmatched``, ``'D'`` a key only in the target (its key values, from the
+    target). One full outer join on the keys; nothing is fetched to the driver."""
+    cols = df.columns
+    key_set = set(keys)
+    compared = [f for f in df.schema.fields if f.name not in key_set]
+    side_s, side_t = "__sg_in_s", "__sg_in_t"
+    s = df.withColumn(side_s, F.lit(True)).alias("s")
+    t = (read_table(spark, ref).alias("t").filter(window_predicate_target)
+         .select(*[F.col(f"`t`.{quote_column(c)}").alias(c) for c in cols],
+                 F.lit(True).alias(side_t)).alias("t"))
+    def col(alias: str, name: str) -> Column:
+        return F.col(f"`{alias}`.{quote_column(name)}")
+
+    op = (F.when(col("s", side_s).isNull(), F.lit("D"))
+          .when(col("t", side_t).isNull(), F.lit("I")))
+    if compared:
+        changed = changed_condition([f.name for f in compared],
+                                    [f.name for f in compared if _has_map(f.dataType)])
+        op = op.when(F.expr(changed), F.lit("U"))
+    joined = s.join(t, F.expr(merge_condition(keys)), "full_outer").withColumn(CHANGE_OP, op)
+    wanted = ["I", "U", "D"] if delete_unmatched else ["I", "U"]
+    return (joined.filter(F.col(CHANGE_OP).isin(wanted))
+            .select(*[F.when(F.col(CHANGE_OP) == "D", col("t", c)).otherwise(col("s", c))
+                      .alias(c) for c in cols], F.col(CHANGE_OP)))

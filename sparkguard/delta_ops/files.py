@@ -1,0 +1,66 @@
+"""Data files of a snapshot and which of them are gone: what a RESTORE to an old version
+needs (rollback's blast-radius check)."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+from sparkguard.delta_ops.tables import read_table, read_version
+from sparkguard.sql import TableRef
+
+__all__ = ["missing_files_for_version", "snapshot_files"]
+
+
+# a path is read as a glob pattern; these characters of a folder's name are escaped
+_GLOB_CHARS = re.compile(r"([*?\[\]{}\\])")
+
+
+def snapshot_files(spark: SparkSession, ref: TableRef, version: int | None = None) -> set[str]:
+    """Data files of a snapshot, from the Delta log only (``DataFrame.inputFiles``; no scan)."""
+    df = read_version(spark, ref, version) if version is not None else read_table(spark, ref)
+    return set(df.inputFiles())
+
+
+def missing_files_for_version(spark: SparkSession, ref: TableRef, version: int,
+                              limit: int = 20) -> list[str]:
+    """Data files the snapshot at ``version`` needs that are gone (e.g. VACUUMed); bounded.
+
+    Only files absent from the current snapshot can have been vacuumed, so only those are
+    checked, with one listing per parent directory (object stores: one LIST per partition
+    instead of one HEAD per file): the files a ``binaryFile`` relation over that directory
+    would read (``inputFiles``, no job, no content read), which classic and Spark Connect
+    sessions both offer. Reading the old snapshot's file list itself failing (its log was
+    cleaned up) is reported as one entry.
+    """
+    try:
+        needed = snapshot_files(spark, ref, version) - snapshot_files(spark, ref)
+    except Exception as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        return [f"cannot read the file list of version {version}: {first}"]
+    by_dir: dict[str, list[str]] = {}
+    for f in sorted(needed):
+        by_dir.setdefault(f.rsplit("/", 1)[0], []).append(f)
+    missing: list[str] = []
+    for folder, files in by_dir.items():
+        present = _file_names(spark, folder)
+        for f in files:
+            if f.rsplit("/", 1)[1] not in present and unquote(f.rsplit("/", 1)[1]) not in present:
+                missing.append(f)
+                if len(missing) >= limit:
+                    return missing
+    return missing
+
+
+def _file_names(spark: SparkSession, folder: str) -> set[str]:
+    """Names of the files under ``folder`` (hidden ``_``/``.`` entries excluded, as Spark lists
+    data files); empty when the folder itself is gone."""
+    try:
+        listed = spark.read.format("binaryFile").load(_GLOB_CHARS.sub(r"\\\1", folder)).inputFiles()
+    except AnalysisException:  # PATH_NOT_FOUND: the directory is gone
+        return set()
+    names = {f.rsplit("/", 1)[1] for f in listed}
+    return names | {unquote(n) for n in names}

@@ -1,0 +1,114 @@
+"""Delta tables as sparkguard finds and reads them: existence, the committed log, the current
+snapshot, time travel, ``DESCRIBE DETAIL``."""
+
+from __future__ import annotations
+
+from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+
+from sparkguard import compat
+from sparkguard.delta_ops.conflicts import error_condition
+from sparkguard.sql import TableRef, describe_detail_statement
+
+__all__ = ["delta_log_exists", "delta_table", "detail", "read_table", "read_version",
+           "retention_properties", "table_exists"]
+
+
+def table_exists(spark: SparkSession, ref: TableRef) -> bool:
+    """True when ``ref`` is a Delta table; False only when it genuinely is not one (no table of
+    that name or path, or a table of another format).
+
+    Any other error (permissions, an unreachable store, a corrupt log) propagates: calling such
+    a table "missing" would hide the real problem.
+    """
+    if compat.is_connect(spark):  # the DeltaTable API needs Delta's server plugin over Connect
+        return _is_delta_sql(spark, ref)
+    if ref.path is not None:
+        return bool(DeltaTable.isDeltaTable(spark, ref.path))
+    assert ref.name is not None
+    if not spark.catalog.tableExists(ref.name):
+        return False
+    try:
+        DeltaTable.forName(spark, ref.name)
+    except AnalysisException as exc:
+        if error_condition(exc) in _NOT_DELTA_CONDITIONS:
+            return False
+        raise
+    return True
+
+
+# Error conditions meaning "there is no Delta table there" (and nothing else).
+_NOT_DELTA_CONDITIONS = frozenset({"DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_NOT_FOUND",
+                                   "TABLE_OR_VIEW_NOT_FOUND", "DELTA_MISSING_TRANSACTION_LOG"})
+
+
+def _is_delta_sql(spark: SparkSession, ref: TableRef) -> bool:
+    """Whether ``ref`` is a Delta table, from ``DESCRIBE DETAIL`` (any session kind)."""
+    if ref.name is not None and not spark.catalog.tableExists(ref.name):
+        return False
+    try:
+        row = detail(spark, ref).select("format").first()
+    except AnalysisException:
+        return False
+    return row is not None and str(row["format"]).lower() == "delta"
+
+
+_FIRST_COMMIT = "00000000000000000000.json"
+
+
+def delta_log_exists(spark: SparkSession, path: str) -> bool:
+    """Whether a Delta table has been committed at ``path``: file-system calls, no Spark job.
+
+    A ``_delta_log`` folder alone is not enough: a writer creating the table makes the folder
+    before its first commit lands, and a reader that trusted the folder would fail with
+    DELTA_TABLE_NOT_FOUND. The first commit file, or a checkpoint pointer once old commits have
+    been cleaned up, is what makes the table readable.
+    """
+    if compat.is_connect(spark):
+        # no file system in this process: the table is committed when Delta can resolve its
+        # snapshot (an analysis, no job); a folder without a first commit is not a table yet
+        try:
+            spark.read.format("delta").load(path).columns  # noqa: B018
+        except AnalysisException:
+            return False
+        return True
+    log = path.rstrip("/") + "/_delta_log"
+    return any(compat.path_exists(spark, f"{log}/{name}")
+               for name in (_FIRST_COMMIT, "_last_checkpoint"))
+
+
+def delta_table(spark: SparkSession, ref: TableRef) -> DeltaTable:
+    """The ``DeltaTable`` handle of ``ref`` (by path or by name)."""
+    if ref.path is not None:
+        return DeltaTable.forPath(spark, ref.path)
+    assert ref.name is not None
+    return DeltaTable.forName(spark, ref.name)
+
+
+def read_table(spark: SparkSession, ref: TableRef) -> DataFrame:
+    """The current snapshot of a Delta table."""
+    if ref.path is not None:
+        return spark.read.format("delta").load(ref.path)
+    assert ref.name is not None
+    return spark.read.table(ref.name)
+
+
+def read_version(spark: SparkSession, ref: TableRef, version: int) -> DataFrame:
+    """A Delta table as of ``version`` (time travel)."""
+    reader = spark.read.format("delta").option("versionAsOf", version)
+    if ref.path is not None:
+        return reader.load(ref.path)
+    assert ref.name is not None
+    return reader.table(ref.name)
+
+
+def detail(spark: SparkSession, ref: TableRef) -> DataFrame:
+    """One row: format, location, partition columns, properties (``DESCRIBE DETAIL``)."""
+    return spark.sql(describe_detail_statement(ref))
+
+
+def retention_properties(spark: SparkSession, ref: TableRef) -> dict[str, str]:
+    """The table's Delta properties (log/file retention among them)."""
+    row = detail(spark, ref).select("properties").first()
+    return dict(row["properties"] or {}) if row else {}
