@@ -1,0 +1,85 @@
+"""Guard rules on the reconciliation checks of the plan and of each target (static, no Spark)."""
+
+from __future__ import annotations
+
+from sparkguard.guard_findings import Collector
+from sparkguard.guard_paths import placeholder_rules
+from sparkguard.plan.model import BackfillPlan, Check, CheckType
+
+__all__ = ["check_rules"]
+
+
+_IGNORED: dict[CheckType, tuple[str, ...]] = {
+    CheckType.ROW_COUNT_PARITY: ("metric", "key_columns", "source_expr", "shadow_expr",
+                                 "drift_threshold_percent", "drift_threshold_absolute"),
+    CheckType.DUPLICATE_CHECK: ("metric", "source_expr", "shadow_expr", "per_partition",
+                                "drift_threshold_percent", "drift_threshold_absolute"),
+    CheckType.METRIC_RECONCILIATION: ("key_columns",),
+}
+
+
+def check_rules(plan: BackfillPlan, c: Collector) -> None:
+    """The plan's checks and each target's own checks and reference query."""
+    _check_list(plan, plan.validation.checks, "validation.checks", c)
+    for j, t in enumerate(plan.target_specs()):
+        if t.validation is None:
+            continue
+        if t.validation.checks:
+            _check_list(plan, t.validation.checks, f"targets[{j}].validation.checks", c)
+        ref = t.validation.reference
+        if ref is not None and ref.sql is not None:
+            placeholder_rules(plan, t, ref.sql, f"targets[{j}].validation.reference.sql", c)
+
+
+def _check_list(plan: BackfillPlan, checks: list[Check], where: str, c: Collector) -> None:
+    if not checks:
+        c.add("thresholds_undefined", where, "no reconciliation checks",
+              "add row_count_parity, duplicate_check and metric_reconciliation checks")
+        return
+    types = [k.type for k in checks]
+    for needed in (CheckType.ROW_COUNT_PARITY, CheckType.DUPLICATE_CHECK):
+        if needed not in types:
+            c.add("gate_missing", where, f"no {needed.value} check",
+                  f"add a {needed.value} check (a minimum gate of the checklist)")
+    if CheckType.METRIC_RECONCILIATION not in types:
+        c.add("metric_gate_missing", where, "no metric_reconciliation check",
+              "reconcile at least one business-critical aggregate")
+    if types.count(CheckType.ROW_COUNT_PARITY) > 1:
+        c.add("check_duplicated", where, "row_count_parity is declared twice",
+              "keep one row_count_parity check")
+    metrics: list[str] = []
+    for i, k in enumerate(checks):
+        _check(plan, f"{where}[{i}]", k, c)
+        if k.type is CheckType.METRIC_RECONCILIATION and k.metric:
+            if k.metric in metrics:
+                c.add("check_duplicated", f"{where}[{i}].metric",
+                      f"metric {k.metric!r} is declared twice", "give each metric its own name")
+            metrics.append(k.metric)
+
+
+def _check(plan: BackfillPlan, path: str, k: Check, c: Collector) -> None:
+    if k.type is not CheckType.DUPLICATE_CHECK and k.threshold_percent is None \
+            and k.threshold_absolute is None:
+        c.add("thresholds_undefined", f"{path}.threshold_percent", f"{k.type.value} has no threshold",
+              "set threshold_percent (or threshold_absolute); 0 means exact", unfilled=True)
+    if k.type is CheckType.METRIC_RECONCILIATION:
+        if not k.metric:
+            c.add("metric_undefined", f"{path}.metric", "metric name missing", "name the metric",
+                  unfilled=True)
+        if not (k.source_expr and k.shadow_expr):
+            side = "source_expr" if not k.source_expr else "shadow_expr"
+            c.add("metric_undefined", f"{path}.{side}",
+                  f"metric {k.metric or path!r} needs an expression per side (source_expr and "
+                  "shadow_expr)", "give the SQL expression computing it on each side",
+                  unfilled=True)
+    for name in _IGNORED[k.type]:
+        if getattr(k, name) not in (None, False):
+            c.add("check_field_ignored", f"{path}.{name}",
+                  f"{name} has no effect on a {k.type.value} check", "remove it")
+    if k.type is CheckType.DUPLICATE_CHECK and k.key_columns and plan.partitioning:
+        for j, t in enumerate(plan.target_specs()):
+            extra = set(k.key_columns) - set(t.business_keys) - {plan.partitioning.column}
+            if extra:
+                c.add("keys_mismatch", f"targets[{j}].business_keys",
+                      f"duplicate_check keys {k.key_columns} differ from business_keys "
+                      f"{t.business_keys}", "align them (each extra key set costs one more pass)")
