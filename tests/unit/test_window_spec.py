@@ -167,7 +167,8 @@ def test_every_layout_has_an_example() -> None:
 
 
 def test_evidence_names_the_exact_range_and_the_bucket_grain() -> None:
-    from sparkguard.evidence import _range_of, _window_text
+    from sparkguard.evidence import _range_of
+    from sparkguard.evidence_md import _window_text
 
     plan = _plan(affected_window__end_utc="2026-03-10T09:30:00.000007Z")
     window = {"partition_column": "event_ts", "partitions": ["2026-03-10T05"], **_range_of(plan)}
