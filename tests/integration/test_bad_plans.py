@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 import sparkguard.cli as cli
+from sparkguard.commands import common as cli_common
 from sparkguard.demo import demo_plan
 from sparkguard.plan import fingerprint, load_plan
 from sparkguard.plan.loader import approvals_path
@@ -379,7 +380,7 @@ def test_static_bad_plan_refused_before_spark_with_nothing_written(case, tmp_pat
     def no_spark() -> None:
         raise AssertionError("the CLI asked for a Spark session for a plan it should refuse")
 
-    monkeypatch.setattr(cli, "_session", no_spark)
+    monkeypatch.setattr(cli_common, "session", no_spark)
     lake = tmp_path / "lake"
     (lake / "target" / "orders_clean").mkdir(parents=True)  # stand-ins: must stay untouched
     (lake / "source" / "orders").mkdir(parents=True)
@@ -404,14 +405,14 @@ def test_static_bad_plan_refused_before_spark_with_nothing_written(case, tmp_pat
 
 
 def test_missing_plan_file(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "_session", lambda: pytest.fail("Spark requested"))
+    monkeypatch.setattr(cli_common, "session", lambda: pytest.fail("Spark requested"))
     assert _run(tmp_path / "absent.yaml", tmp_path) == 2
     assert "absent.yaml: backfill_plan: plan file not found" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 
 def test_guard_reports_the_same_refusals(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "_session", lambda: pytest.fail("Spark requested"))
+    monkeypatch.setattr(cli_common, "session", lambda: pytest.fail("Spark requested"))
     lake = tmp_path / "lake"
     lake.mkdir()
     for case in [c for c in CASES if c.id in ("window-inverted", "target-name-backquote")]:

@@ -17,13 +17,16 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "sparkguard"
 
 # package (relative to sparkguard/) -> module prefixes it must not import
+# the modules split out of guard.py, cli.py and evidence.py count as those
+_GUARD = ("sparkguard.guard", "sparkguard.guard_findings", "sparkguard.guard_paths",
+          "sparkguard.guard_checks", "sparkguard.guard_window_rules", "sparkguard.guard_live")
+_CLI = ("sparkguard.cli", "sparkguard.commands")
+_EVIDENCE = ("sparkguard.evidence", "sparkguard.evidence_md")
 FORBIDDEN = {
-    "plan": ("sparkguard.run", "sparkguard.guard", "sparkguard.guard_live", "sparkguard.cli",
-             "sparkguard.execute", "sparkguard.ledger", "sparkguard.publish",
-             "sparkguard.delta_ops", "sparkguard.reconcile", "sparkguard.evidence", "pyspark",
-             "delta"),
-    "reconcile": ("sparkguard.run", "sparkguard.guard", "sparkguard.guard_live",
-                  "sparkguard.cli", "sparkguard.execute", "sparkguard.evidence"),
+    "plan": ("sparkguard.run", *_GUARD, *_CLI, "sparkguard.execute", "sparkguard.ledger",
+             "sparkguard.publish", "sparkguard.delta_ops", "sparkguard.reconcile", *_EVIDENCE,
+             "pyspark", "delta"),
+    "reconcile": ("sparkguard.run", *_GUARD, *_CLI, "sparkguard.execute", *_EVIDENCE),
 }
 SESSION_MAKERS = {"getOrCreate", "builder"}
 SESSION_HOME = {"session.py"}

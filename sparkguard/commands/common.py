@@ -1,0 +1,90 @@
+"""What the command handlers share: the Spark session, sparkguard's home, the evidence folder
+and reads of sparkguard's own tables.
+
+Handlers call these through the module (``common.session()``), so that replacing
+``common.session`` (tests that must start no Spark) reaches every caller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from sparkguard.state_read import StateReader
+
+__all__ = ["HOME_CONF", "evidence_dir", "home", "read", "session", "spark_if_configured"]
+
+T = TypeVar("T")
+
+
+def session() -> SparkSession:
+    """The session of an entry point (created here, or the one already running)."""
+    from sparkguard.compat import set_log_level
+    from sparkguard.session import get_or_create_session
+
+    spark = get_or_create_session("sparkguard")
+    set_log_level(spark, os.environ.get("SPARKGUARD_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+HOME_CONF = "spark.sparkguard.home"
+
+
+def home(args: argparse.Namespace, spark: SparkSession | None = None) -> str:
+    """sparkguard's home (ledger, publish control, shadows): ``--home``, else the Spark conf
+    ``spark.sparkguard.home`` (cluster or Databricks job conf), else ``$SPARKGUARD_HOME``,
+    else ``<plan dir>/_sparkguard`` (or ``./_sparkguard`` without a plan)."""
+    if getattr(args, "home", None):
+        return str(args.home)
+    if spark is not None:
+        conf = spark.conf.get(HOME_CONF, None)
+        if conf:
+            return str(conf)
+    if os.environ.get("SPARKGUARD_HOME"):
+        return os.environ["SPARKGUARD_HOME"]
+    plan = getattr(args, "plan", None)
+    base = Path(plan).resolve().parent if plan else Path.cwd()
+    return str(base / "_sparkguard")
+
+
+def evidence_dir(args: argparse.Namespace) -> str:
+    """``--evidence-dir``, else ``<plan dir>/evidence`` (or ``./evidence`` without a plan)."""
+    if getattr(args, "evidence_dir", None):
+        return str(args.evidence_dir)
+    plan = getattr(args, "plan", None)
+    base = Path(plan).resolve().parent if plan else Path.cwd()
+    return str(base / "evidence")
+
+
+def spark_if_configured(args: argparse.Namespace) -> SparkSession | None:
+    """The session, only where its conf may name the home: no ``--home`` or
+    ``$SPARKGUARD_HOME`` and a Spark already there (Databricks, spark-submit's driver, an active
+    session in this process). Elsewhere read-only commands start no JVM."""
+    if getattr(args, "home", None) or os.environ.get("SPARKGUARD_HOME"):
+        return None
+    if os.environ.get("DATABRICKS_RUNTIME_VERSION") or os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return session()
+    if "pyspark" in sys.modules:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            return session()
+    return None
+
+
+def read(args: argparse.Namespace, query: Callable[[StateReader], T]) -> tuple[str, T]:
+    """``query`` over sparkguard's tables: delta-rs when it can serve, else Spark (one line on
+    stderr says so); returns the home and the answer."""
+    from sparkguard.state_read import read_state
+
+    spark = spark_if_configured(args)
+    where = home(args, spark)
+    return where, read_state(where, query, spark=lambda: spark or session())

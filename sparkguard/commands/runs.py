@@ -1,0 +1,80 @@
+"""Run commands: ``run`` (or ``--explain`` it) and ``rollback``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sparkguard.commands import common
+from sparkguard.errors import EXIT_OK, EXIT_USAGE, PlanError
+
+__all__ = ["cmd_rollback", "cmd_run"]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from sparkguard.guard import blocking, static_findings
+    from sparkguard.plan import load_plan
+    from sparkguard.run.stages import RunOptions, build_stages, explain
+
+    plan = load_plan(args.plan)
+    opts = RunOptions(dry_run=args.dry_run, takeover_stale_lock=args.takeover_stale_lock,
+                      stale_lock_after_s=args.stale_lock_timeout, explain=args.explain)
+    findings = static_findings(plan)
+    if args.explain:  # any plan that loads, approved or not; nothing is read or written
+        print(explain(build_stages(plan, opts)))
+        for f in blocking(findings):
+            print(f"not runnable yet: {f.render(args.plan)}")
+        return EXIT_OK
+    if blocking(findings):
+        raise PlanError(args.plan, [f.as_problem() for f in blocking(findings)])
+    from sparkguard.run.evaluator import run_backfill
+
+    spark = common.session()
+    home = common.home(args, spark)
+    outcome = run_backfill(spark, plan, args.plan, home=home,
+                           evidence_dir=common.evidence_dir(args),
+                           options=opts)
+    print(f"sparkguard: {outcome.message} (run {outcome.run_id}, exit {outcome.exit_code})")
+    for label, st in outcome.targets.items():
+        if st.promoted_version is not None and not st.restored:
+            from sparkguard.sql import restore_statement
+
+            assert st.rollback_version is not None
+            print(f"  {label}: promoted version {st.promoted_version}; rollback point "
+                  f"{st.rollback_version}")
+            print(f"  roll back with: spark-submit jobs/rollback.py --run-id {outcome.run_id} "
+                  f"--home {home}")
+            print(f"     or in SQL:   {restore_statement(st.ref, st.rollback_version)}")
+    if outcome.evidence_path:
+        print(f"  evidence: {outcome.evidence_path}")
+    return outcome.exit_code
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from sparkguard.rollback import rollback_run
+
+    run_id, home = args.run_id, args.home
+    if args.evidence:
+        from sparkguard.evidence import load_evidence
+
+        ev = load_evidence(args.evidence)["sparkguard"]
+        run_id = run_id or ev["run_id"]
+        if not home:
+            cmd = next((t["rollback_point"]["rollback_command"] for t in ev["targets"]
+                        if t["rollback_point"].get("rollback_command")), "")
+            if "--home " in cmd:
+                home = cmd.split("--home ", 1)[1].split()[0]
+    if not run_id:
+        print("sparkguard rollback: give --run-id or --evidence", file=sys.stderr)
+        return EXIT_USAGE
+    if args.plan and not Path(args.plan).is_file():
+        print(f"sparkguard rollback: --plan {args.plan}: plan file not found (it locates the "
+              "home, <plan dir>/_sparkguard, as for run)", file=sys.stderr)
+        return EXIT_USAGE
+    spark = common.session()
+    points = rollback_run(spark, home or common.home(args, spark), run_id, force=args.force)
+    print(f"rolled back run {run_id}: " + ", ".join(
+        f"{p.dataset} at version {p.rollback_version}'s content (new version {p.new_version})"
+        for p in points if p.new_version is not None))
+    return EXIT_OK
