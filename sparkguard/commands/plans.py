@@ -12,6 +12,7 @@ __all__ = ["cmd_approve", "cmd_guard", "cmd_plan_init", "cmd_plan_schema"]
 
 
 def cmd_guard(args: argparse.Namespace) -> int:
+    """``sparkguard guard PLAN``: static findings, then the live ones when nothing blocks."""
     from sparkguard import guard
     from sparkguard.plan import fingerprint, load_plan
 
@@ -40,6 +41,7 @@ def cmd_guard(args: argparse.Namespace) -> int:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
+    """``sparkguard approve PLAN --role R --by NAME``: record an approval."""
     from sparkguard.approve import record_approval
 
     rec = record_approval(args.plan, args.role, args.by)
@@ -49,6 +51,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 
 def cmd_plan_schema(args: argparse.Namespace) -> int:
+    """``sparkguard plan schema``: print the plan's JSON Schema."""
     from sparkguard.plan.schema import schema_text
 
     sys.stdout.write(schema_text())
@@ -56,6 +59,7 @@ def cmd_plan_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_plan_init(args: argparse.Namespace) -> int:
+    """``sparkguard plan init``: draft a plan from the live source and target."""
     from sparkguard.draft.decide import (
         check_new_file,
         parse_bound,

@@ -13,6 +13,7 @@ __all__ = ["cmd_rollback", "cmd_run"]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``sparkguard run --plan PLAN``: explain, or guard and run the backfill."""
     from sparkguard.guard import blocking, static_findings
     from sparkguard.plan import load_plan
     from sparkguard.run.stages import RunOptions, build_stages, explain
@@ -52,6 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
+    """``sparkguard rollback``: restore a run's targets to their recorded versions."""
     from sparkguard.rollback import rollback_run
 
     run_id, home = args.run_id, args.home

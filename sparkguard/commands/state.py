@@ -15,6 +15,7 @@ __all__ = ["cmd_faults", "cmd_publish", "cmd_report", "cmd_status", "cmd_verify"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """``sparkguard status``: recent runs, or one run in detail."""
     from sparkguard.status_view import render_run, render_runs
 
     if args.limit < 1:
@@ -36,6 +37,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """``sparkguard report``: a run's evidence as Markdown."""
     from sparkguard.evidence import load_evidence, render_markdown
 
     path = args.evidence
@@ -55,6 +57,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    """``sparkguard publish status|pause|resume [TARGET]``."""
     from sparkguard.status_view import render_publish
 
     if args.action != "status" and not args.target:
@@ -82,6 +85,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """``sparkguard verify``: check a run's records were not edited afterwards."""
     from sparkguard.verify import verify
 
     home = args.home or (None if args.evidence else common.home(args))
@@ -93,6 +97,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_faults(args: argparse.Namespace) -> int:
+    """``sparkguard faults``: list the failpoints."""
     from sparkguard.faults import FAILPOINTS
 
     for name, what in FAILPOINTS.items():
