@@ -13,7 +13,7 @@ from sparkguard.reconcile.engine import table_fingerprint
 from sparkguard.reconcile.verdicts import ReconcileResult
 from sparkguard.run.context import RunContext, RunState, TargetState, record
 from sparkguard.run.data import job, print_gates, reconcile_part, shadow_df, transform
-from sparkguard.run.stages import Proof, Wave, estimate_left
+from sparkguard.run.stages import Proof, Wave, estimate_left, wave_writers
 
 __all__ = ["gate_fail", "record_wave", "visit_proof", "visit_wave", "write_parts"]
 
@@ -121,7 +121,7 @@ def visit_wave(stage: Wave, ctx: RunContext, state: RunState) -> None:
     t1 = time.monotonic()
     typed = {str(p): p for p in ctx.window.partitions}  # a callable gets typed values
     parts = [typed[p] for s in todo for p in s]
-    workers = max(1, ctx.plan.execution.max_concurrent_slices)
+    workers = wave_writers(ctx.plan)
     groups = [(i, [typed[p] for p in g]) for i, g in _groups(todo, todo_ids, workers)]
     sid = stage.slice_ids[0]
     with ThreadPoolExecutor(max_workers=len(groups)) as pool:

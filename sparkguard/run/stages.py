@@ -20,10 +20,11 @@ from sparkguard.plan.window import (
     waves_of,
     window_partitions,
 )
+from sparkguard.plan.window_spec import range_window
 
 __all__ = ["DryRunStop", "Evidence", "Guard", "Lock", "Pause", "Promote", "Proof", "Reconcile",
            "Resume", "RunOptions", "Stage", "Wave", "build_stages", "explain", "stage_line",
-           "timing"]
+           "timing", "wave_writers"]
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,16 @@ def _targets(plan: BackfillPlan) -> list[TargetSpec]:
         return plan.target_specs()
 
 
+def wave_writers(plan: BackfillPlan) -> int:
+    """Shadow commits written at once in a wave. A timestamp window's shadow is unpartitioned
+    and takes one: Delta checks each concurrent ``replaceWhere``'s added files against the
+    other's data predicate, which it cannot evaluate without partitions, so they conflict."""
+    rw = range_window(plan)
+    if rw is not None and not rw.partition_by:
+        return 1
+    return max(1, plan.execution.max_concurrent_slices)
+
+
 def build_stages(plan: BackfillPlan, options: RunOptions,
                  rows: Mapping[str, int] | None = None) -> list[Stage]:
     """The run, in order. The first slice of each target is its proof; ``rows`` (source rows per
@@ -152,7 +163,7 @@ def build_stages(plan: BackfillPlan, options: RunOptions,
     slices = plan_slices(parts, setting, rows)
     waves = waves_of(slices, rows)
     labels = ", ".join(t.label for t in targets)
-    workers = plan.execution.max_concurrent_slices
+    workers = wave_writers(plan)
     sizing = (f"auto slices (~{AUTO_ROWS_PER_SLICE:,} source rows each"
               + ("" if rows is not None else ", sized from row counts at run time") + ")"
               if setting == "auto" else f"{setting} {'bucket' if plan.window_column else 'partition'}"

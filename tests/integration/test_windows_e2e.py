@@ -231,10 +231,13 @@ def test_merge_changed_promotion_on_time_range_layouts(la_session: Any, tmp_path
     assert op == "MERGE"
 
 
-@pytest.mark.parametrize("name", ["unpartitioned_ntz", "clustered"])
-def test_concurrent_slices_without_partitions(spark: Any, tmp_path: Path, name: str) -> None:
-    """``max_concurrent_slices: 2`` on tables without partitions: a wave's slices land as
-    concurrent commits into one shadow, and the window is still fixed exactly."""
+@pytest.mark.parametrize(("name", "together"), [("unpartitioned_ntz", 1), ("clustered", 1),
+                                              ("date_hour", 2)])
+def test_concurrent_slices_by_shadow_layout(spark: Any, tmp_path: Path, name: str,
+                                            together: int) -> None:
+    """``max_concurrent_slices: 2``: a date+hour shadow takes a wave's slices as concurrent
+    commits; a timestamp window's unpartitioned shadow takes them as one commit (concurrent
+    ``replaceWhere`` commits there conflict). Either way the window is fixed exactly."""
     import dataclasses
 
     lay = LAYOUTS[name]
@@ -243,9 +246,11 @@ def test_concurrent_slices_without_partitions(spark: Any, tmp_path: Path, name: 
     _, out = _fixed(spark, tmp_path / name, lay)
     shadow = out.targets["events"].shadow
     slices = []
-    for row in spark.sql(f"DESCRIBE HISTORY {shadow.sql()}").collect():
+    for row in spark.sql(f"DESCRIBE HISTORY {shadow.sql}").collect():
         meta = json.loads(row["userMetadata"] or "{}").get("sparkguard", {})
         if meta.get("action") == "shadow_write":
             slices.append(meta["slice"])
-    waves = [s for s in slices if s != min(slices)]  # the proof slice is written alone
-    assert len(set(waves)) >= 2, slices  # one wave's groups, each its own commit
+    proof = min(slices)
+    assert slices.count(proof) == 2  # the proof slice, written twice
+    waves = [s for s in slices if s != proof]
+    assert len(waves) == together  # the window's other slices: one wave, `together` commits
