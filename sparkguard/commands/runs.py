@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from sparkguard.commands import common
-from sparkguard.errors import EXIT_OK, EXIT_USAGE, PlanError
+from sparkguard.errors import EXIT_OK, EXIT_USAGE, PlanError, PlanProblem
+from sparkguard.sql import UnsafeSQLError
 
 __all__ = ["cmd_rollback", "cmd_run"]
 
@@ -23,7 +24,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                       stale_lock_after_s=args.stale_lock_timeout, explain=args.explain)
     findings = static_findings(plan)
     if args.explain:  # any plan that loads, approved or not; nothing is read or written
-        print(explain(build_stages(plan, opts)))
+        try:
+            stages = build_stages(plan, opts)
+        except UnsafeSQLError as exc:  # a window that cannot be written (the static rules say why)
+            raise PlanError(args.plan, [f.as_problem() for f in blocking(findings)] or [
+                PlanProblem("backfill_plan.affected_window", str(exc),
+                            fix="write the window's partitions as values of their type")]) from exc
+        print(explain(stages))
         for f in blocking(findings):
             print(f"not runnable yet: {f.render(args.plan)}")
         return EXIT_OK

@@ -402,6 +402,13 @@ def test_static_bad_plan_refused_before_spark_with_nothing_written(case, tmp_pat
     assert err.rstrip().endswith("nothing was written")
     assert _tree(tmp_path) == before
     assert not (tmp_path / "home").exists() and not (tmp_path / "evidence").exists()
+    # --explain shows the stages of any plan that loads and says why it cannot run yet; a
+    # window it cannot even write is a plan error (exit 2), never a crash (exit 3)
+    code = cli.main(["run", "--plan", str(plan), "--explain"])
+    out = capsys.readouterr()
+    assert code in (0, 2), out.err
+    assert ("not runnable yet" in out.out) if code == 0 else (f"{plan}: {case.path}" in out.err)
+    assert _tree(tmp_path) == before
 
 
 def test_missing_plan_file(tmp_path, capsys, monkeypatch):
