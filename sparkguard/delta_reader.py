@@ -249,8 +249,12 @@ _STATS = ("num_records", "min.at", "max.at", "min.run_id", "max.run_id", "null_c
 
 def _add_actions(table: Any) -> dict[str, list[Any]]:
     """The statistics :func:`sparkguard.newest_runs.file_stats` reads, per data file (``at`` in
-    microseconds since the epoch); the columns the table has no statistics for are missing."""
-    actions = table.get_add_actions(flatten=True)
+    microseconds since the epoch); the columns the table has no statistics for are missing, and
+    all of them when delta-rs cannot list them (the table is then read whole)."""
+    try:
+        actions = table.get_add_actions(flatten=True)
+    except Exception:  # statistics only save reads; the whole-table read answers the same
+        return {}
     names = set(actions.schema.names)
     out: dict[str, list[Any]] = {}
     for key in _STATS:
