@@ -71,13 +71,17 @@ def file_stats(actions: Mapping[str, Sequence[Any]]) -> list[FileStats] | None:
 
 def cut(files: Sequence[FileStats], want: int) -> int | None:
     """``x`` such that the files newest first holding at least ``want`` rows hold every event
-    later than ``x`` and each other file only events at or before it; None when no cut leaves a
-    file out. The files kept have a maximum statistic above ``x`` (a reader skipping files by
-    ``at > x`` keeps them), the others a true maximum at or below it."""
+    later than ``x`` and each other file only events at or before it; None when no such cut
+    leaves out at least half of the files (each file read costs about a millisecond, whatever
+    its size: reading most of them in two steps is slower than one whole read). The files
+    kept have a maximum statistic above ``x`` (a reader skipping files by ``at > x`` keeps
+    them), the others a true maximum at or below it."""
     order = sorted(files, key=lambda f: f.max_at, reverse=True)
     total = 0
-    for f, nxt in itertools.pairwise(order):
+    for kept, (f, nxt) in enumerate(itertools.pairwise(order), start=1):
         total += f.rows
+        if 2 * kept > len(order):  # reading most files newest first costs more than reading all
+            return None
         if total >= want and f.max_at - nxt.max_at >= MS:
             return nxt.max_at + MS - 1
     return None
