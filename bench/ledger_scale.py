@@ -7,18 +7,19 @@ read the ledger for its plan (``Ledger.load``), take the lock (``Ledger.acquire`
 holders, the holder's runs, the lock commit and its check) and record ``started``. Status is
 ``sparkguard status`` (the 20 newest runs) through ``sparkguard.cli.main``.
 
-Seeding 5,000 runs cheaply: run and slice events go through the ledger's own API
-(``Ledger.record_run`` / ``record_slice``) inside ``Ledger.batched()``, which commits the
-events recorded in the block in one append per table: 250 runs per batch, 20 batches. Each run
-has the events of a real one (10 run events, 3 slice events). Lock events (acquire and
-release per run, each target's generations in order) and publish holds (set and cleared per
-run) are appended with ``delta_ops.append_rows``, the call ``Ledger`` and ``PublishControl``
-make for them, one commit per batch as well. So the tables hold about 80 commits and up to
-20 data files each (what auto compaction leaves at most: it rewrites them at 50), not the
-100,000 one-row commits that 5,000 real runs make; those commits' log is bounded by the
-checkpoint every 100 commits, their files by auto compaction.
+Seeding 5,000 runs in the layout the ledger's own appends leave, without 100,000 commits:
+every table gets one data file per event from Delta's auto compaction's point of view, that is
+one compacted file holding the older history plus the newest events one file each. The older
+runs (all but ``--tail``) go through the ledger's own API (``Ledger.record_run`` /
+``record_slice``) inside ``Ledger.batched()``, 250 runs per append, with their lock events and
+publish holds appended by ``delta_ops.append_rows`` (the call ``Ledger`` and ``PublishControl``
+make); then each table is compacted into one file, what auto compaction does once 50 small
+files have piled up. The last ``--tail`` runs are recorded as a run records them: lock acquired
+(``Ledger.acquire``), publish paused, every run and slice event its own commit, lock released,
+publish reopened, with auto compaction on as always. Each run has the events of a real one
+(10 run events, 3 slice events, 2 lock events, 2 publish events).
 
-    python bench/ledger_scale.py [--runs 5000] [--rounds 7] [--keep DIR]
+    python bench/ledger_scale.py [--runs 5000] [--tail 4] [--rounds 7] [--keep DIR]
 
 Last line: ``ledger_runs=N lock_ratio=A status_ratio=B`` (full / empty; target <= 1.2).
 """
@@ -58,36 +59,47 @@ def _target(i: int) -> str:
     return f"/lake/target/t{i % TARGETS}"
 
 
-def seed(spark: Any, home: str, runs: int) -> None:
-    """Record ``runs`` finished runs (see the module docstring for how)."""
+def _record(led: Ledger, run_id: str, i: int) -> None:
+    """The run and slice events of one finished run (10 and 3)."""
+    fp, target, label = _fp(i), _target(i), f"t{i % TARGETS}"
+    common = {"fingerprint": fp, "plan_name": f"plan-{i % PLANS}", "owner": "bench"}
+    led.record_run(run_id, "started", source_version=i, dry_run=False, recipients=["bi"],
+                   window={"column": "d", "type": "date", "partitions": ["2026-05-01"]},
+                   **common)
+    for state in ("paused", "proof_passed", "slices_done"):
+        led.record_run(run_id, state, **common)
+    for state, rd, wr in (("reconciled", i, None), ("promoting", i, None),
+                          ("promoted", i, i + 1), ("verified", i, i + 1)):
+        led.record_run(run_id, state, target=target, version_read=rd, version_written=wr,
+                       label=label, **common)
+    led.record_run(run_id, "published", **common)
+    led.record_run(run_id, "done", evidence_path=f"/ev/{run_id}.yaml", **common)
+    for s in range(3):
+        led.record_slice(run_id, fp, label, s, [f"2026-05-0{s + 1}"], "reconciled", i,
+                         rows=1000, elapsed_s=2.0,
+                         gates=[{"gate": "row_count_parity", "passed": True}])
+
+
+def _run_id(i: int) -> str:
+    return (T0 + dt.timedelta(minutes=10 * i)).strftime("%Y%m%dT%H%M%SZ-") + f"{i:08x}"
+
+
+def seed(spark: Any, home: str, runs: int, tail: int = 4) -> None:
+    """Record ``runs`` finished runs, the last ``tail`` one event per commit (see the module
+    docstring for how)."""
+    from delta.tables import DeltaTable
+
     led, ctl = Ledger(spark, home), PublishControl(spark, home)
     led.ensure()
     delta_ops.create_log_table(spark, ctl.path, _schema())
     generation = dict.fromkeys(range(TARGETS), 0)
-    for start in range(0, runs, BATCH):
+    bulk = max(runs - tail, 0)
+    for start in range(0, bulk, BATCH):
         locks, holds = [], []
         with led.batched():
-            for i in range(start, min(start + BATCH, runs)):
-                at = T0 + dt.timedelta(minutes=10 * i)
-                run_id = at.strftime("%Y%m%dT%H%M%SZ-") + f"{i:08x}"
-                fp, target, label = _fp(i), _target(i), f"t{i % TARGETS}"
-                common = {"fingerprint": fp, "plan_name": f"plan-{i % PLANS}", "owner": "bench"}
-                led.record_run(run_id, "started", source_version=i, dry_run=False,
-                               recipients=["bi"], window={"column": "d", "type": "date",
-                                                          "partitions": ["2026-05-01"]},
-                               **common)
-                for state in ("paused", "proof_passed", "slices_done"):
-                    led.record_run(run_id, state, **common)
-                for state, rd, wr in (("reconciled", i, None), ("promoting", i, None),
-                                      ("promoted", i, i + 1), ("verified", i, i + 1)):
-                    led.record_run(run_id, state, target=target, version_read=rd,
-                                   version_written=wr, label=label, **common)
-                led.record_run(run_id, "published", **common)
-                led.record_run(run_id, "done", evidence_path=f"/ev/{run_id}.yaml", **common)
-                for s in range(3):
-                    led.record_slice(run_id, fp, label, s, [f"2026-05-0{s + 1}"], "reconciled",
-                                     i, rows=1000, elapsed_s=2.0, gates=[
-                                         {"gate": "row_count_parity", "passed": True}])
+            for i in range(start, min(start + BATCH, bulk)):
+                at, run_id, target = T0 + dt.timedelta(minutes=10 * i), _run_id(i), _target(i)
+                _record(led, run_id, i)
                 g = generation[i % TARGETS]
                 generation[i % TARGETS] = g + 2
                 for gen, action in ((g + 1, "acquire"), (g + 2, "release")):
@@ -98,6 +110,15 @@ def seed(spark: Any, home: str, runs: int) -> None:
                            "backfill done")]
         delta_ops.append_rows(spark, led._path("locks"), _SCHEMAS["locks"], locks)
         delta_ops.append_rows(spark, ctl.path, _schema(), holds)
+    for path in [led._path(n) for n in ("runs", "slices", "locks")] + [ctl.path]:
+        DeltaTable.forPath(spark, path).optimize().executeCompaction()
+    for i in range(bulk, runs):
+        run_id, target = _run_id(i), _target(i)
+        led.acquire([target], run_id, "bench")
+        ctl.pause([target], run_id=run_id, actor="bench", reason="backfill")
+        _record(led, run_id, i)
+        led.release([target], run_id)
+        ctl.finish([target], run_id, actor="bench", reason="backfill done")
 
 
 def start_to_lock(spark: Any, home: str, n: int) -> float:
@@ -132,6 +153,8 @@ def status(home: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5000)
+    ap.add_argument("--tail", type=int, default=4,
+                    help="newest runs recorded one event per commit (default 4)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--keep", help="build the homes here and keep them")
     args = ap.parse_args(argv)
@@ -143,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         Ledger(spark, empty).ensure()
         delta_ops.create_log_table(spark, PublishControl(spark, empty).path, _schema())
         t = time.perf_counter()
-        seed(spark, full, args.runs)
+        seed(spark, full, args.runs, args.tail)
         print(f"seeded {args.runs} runs in {time.perf_counter() - t:.1f}s", flush=True)
         for name in ("runs", "slices", "locks"):
             d = spark.read.format("delta").load(f"{full}/ledger/{name}")

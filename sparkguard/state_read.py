@@ -9,10 +9,8 @@ Two readers offer the same methods and return the same plain records (dicts with
 columns, ``details``/``gates`` decoded from JSON, timestamps as naive datetimes converted the
 way PySpark converts them), so one pure formatter (:mod:`sparkguard.status_view`) serves both:
 
-- :class:`DeltaRsReader`: local paths and the object stores delta-rs opens (``s3://``,
-  ``s3a://``, ``gs://``, ``az://``, ``abfs[s]://``, ``file://``); raises
-  :class:`FastReadUnavailable` where it cannot serve (another scheme such as ``dbfs:`` or
-  ``hdfs://``, missing credentials, a reader feature delta-rs lacks, ``deltalake`` not installed);
+- :class:`DeltaRsReader` (:mod:`sparkguard.delta_reader`, re-exported here): local paths and
+  the object stores delta-rs opens; raises :class:`FastReadUnavailable` where it cannot serve;
 - :class:`SparkReader`: :class:`sparkguard.ledger.Ledger` and
   :class:`sparkguard.publish.PublishControl` on a session.
 
@@ -27,12 +25,17 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
-from urllib.parse import urlsplit
 
-from sparkguard.errors import SparkguardError
-from sparkguard.ledger_model import LockInfo, RunProgress, decode_row, lock_holders, run_progress
+from sparkguard.delta_reader import (
+    _JSON_COLUMNS,
+    TABLES,
+    DeltaRsReader,
+    FastReadUnavailable,
+    fold_publish_statuses,
+)
+from sparkguard.ledger_model import LockInfo, RunProgress, decode_row
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,19 +53,7 @@ __all__ = [
 ]
 
 READER_ENV = "SPARKGUARD_READER"  # auto (default) | delta-rs | spark
-# URI schemes the deltalake wheels open (object_store); anything else goes to Spark.
-DELTA_RS_SCHEMES = frozenset({"file", "s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "azure"})
-TABLES = {"runs": "ledger/runs", "slices": "ledger/slices", "locks": "ledger/locks",
-          "evidence": "ledger/evidence", "publish": "control/publish"}
-_JSON_COLUMNS = {"runs": ("details",), "slices": ("gates",), "locks": (), "evidence": ("leaves",),
-                 "publish": ()}
 T = TypeVar("T")
-_HASH_COLUMNS = ("event_hash", "prev_hash")
-
-
-class FastReadUnavailable(SparkguardError):
-    """Raised when delta-rs cannot read sparkguard's tables at this home (scheme, credentials,
-    a reader feature it lacks, or ``deltalake`` not installed); the message says which."""
 
 
 class StateReader(Protocol):
@@ -84,211 +75,6 @@ class StateReader(Protocol):
 
     @property
     def control_path(self) -> str: ...
-
-
-def _sql_str(value: str) -> str:
-    """A SQL string literal (DataFusion: quotes doubled; backslashes are plain characters)."""
-    if "\x00" in value:
-        raise ValueError("a NUL character cannot be part of a key")
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _pyspark_datetime(micros: int | None) -> dt.datetime | None:
-    """A Delta timestamp (microseconds since the epoch, UTC) as PySpark's ``collect()`` returns
-    it: a naive datetime in this process's local time zone."""
-    if micros is None:
-        return None
-    return dt.datetime.fromtimestamp(micros // 1_000_000).replace(microsecond=micros % 1_000_000)
-
-
-def fold_publish_statuses(latest: Iterable[dict[str, Any]], targets: Sequence[str] | None
-                          ) -> dict[str, PublishStatus]:
-    """Publish state per target from the newest event of each (target, hold): paused while any
-    hold is set; ``last_change`` the newest event of the target. Targets asked for and never
-    paused are open."""
-    from sparkguard.publish import PublishStatus
-
-    by_target: dict[str, list[dict[str, Any]]] = {}
-    for row in latest:
-        by_target.setdefault(row["target"], []).append(row)
-    out = {t: PublishStatus(t, False, (), None) for t in targets or []}
-    for t, rows in by_target.items():
-        holds = tuple(sorted((h for h in rows if h["paused"]), key=lambda h: h["at"]))
-        out[t] = PublishStatus(t, bool(holds), holds, max(r["at"] for r in rows))
-    return out
-
-
-# -- delta-rs -------------------------------------------------------------------------------
-
-
-class DeltaRsReader:
-    """sparkguard's tables at ``home`` read with delta-rs (``deltalake``), no JVM."""
-
-    engine = "delta-rs"
-
-    def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
-        self.home = str(home).rstrip("/")
-        self.storage_options = dict(storage_options or {})
-        scheme = urlsplit(self.home).scheme.lower()
-        self._local = scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
-        if not self._local and scheme not in DELTA_RS_SCHEMES:
-            raise FastReadUnavailable(f"delta-rs does not open {scheme}: URIs ({self.home})")
-        try:
-            import deltalake  # noqa: F401
-        except ImportError as exc:
-            raise FastReadUnavailable(f"the deltalake package is not installed ({exc})") from exc
-        self._tables: dict[str, Any] = {}
-
-    @property
-    def control_path(self) -> str:
-        return f"{self.home}/{TABLES['publish']}"
-
-    def _location(self, name: str) -> str:
-        rel = TABLES[name]
-        if self._local:
-            base = self.home.removeprefix("file://") if self.home.startswith("file://") \
-                else self.home
-            return os.path.join(os.path.abspath(base), rel)
-        return f"{self.home}/{rel}"
-
-    def _table(self, name: str) -> Any | None:
-        """The table, or None when it does not exist (nothing was ever recorded there)."""
-        if name in self._tables:
-            return self._tables[name]
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        location = self._location(name)
-        if self._local and not os.path.isdir(os.path.join(location, "_delta_log")):
-            table = None
-        else:
-            try:
-                table = DeltaTable(location, storage_options=self.storage_options or None)
-            except TableNotFoundError:
-                table = None
-            except Exception as exc:  # credentials, network, protocol: Spark may still serve
-                raise FastReadUnavailable(
-                    f"delta-rs cannot open {location}: {_first_line(exc)}") from exc
-        self._tables[name] = table
-        return table
-
-    def _query(self, name: str, where: str = "", *, latest_by: str = "", order: str = "at",
-               hashes: bool = False) -> list[dict[str, Any]]:
-        """Rows of one table as PySpark would return them (``where``: a SQL condition;
-        ``latest_by``: keep only the newest row per these key columns; ``hashes``: with the
-        audit hash columns, which only a verifier needs)."""
-        table = self._table(name)
-        if table is None:
-            return []
-        from deltalake import QueryBuilder
-
-        fields = [(f.name, str(f.type)) for f in table.schema().fields
-                  if hashes or f.name not in _HASH_COLUMNS]
-        cols = [f'"{n}"' for n, _ in fields]
-        select = ", ".join(f"arrow_cast({c}, 'Int64') AS {c}" if "timestamp" in t.lower() else c
-                           for c, (_, t) in zip(cols, fields, strict=True))
-        src = f"SELECT {select} FROM t" + (f" WHERE {where}" if where else "")
-        if latest_by:
-            src = (f"SELECT {', '.join(cols)} FROM (SELECT *, row_number() OVER (PARTITION BY "
-                   f"{latest_by} ORDER BY at DESC) AS sg_rn FROM ({src}) AS s) AS r "
-                   "WHERE sg_rn = 1")
-        sql = f"SELECT * FROM ({src}) AS q ORDER BY {order}"
-        try:
-            result = QueryBuilder().register("t", table).execute(sql).read_all()
-        except Exception as exc:  # an unsupported reader feature surfaces here
-            raise FastReadUnavailable(
-                f"delta-rs cannot read {self._location(name)}: {_first_line(exc)}") from exc
-        columns: dict[str, list[Any]] = {n: list(result.column(n).to_pylist()) for n, _ in fields}
-        for n, t in fields:
-            if "timestamp" in t.lower():
-                columns[n] = [_pyspark_datetime(v) for v in columns[n]]
-        rows = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(),
-                                                                           strict=True)]
-        return [decode_row(r, *_JSON_COLUMNS[name]) for r in rows]
-
-    def run_events(self, run_id: str) -> list[dict[str, Any]]:
-        """One run's events, oldest first."""
-        return self._query("runs", f"run_id = {_sql_str(run_id)}", hashes=True)
-
-    def slice_events(self, run_id: str) -> list[dict[str, Any]]:
-        """One run's slice events, oldest first."""
-        return self._query("slices", f"run_id = {_sql_str(run_id)}", hashes=True)
-
-    def latest_runs(self, limit: int = 20) -> list[RunProgress]:
-        """The ``limit`` most recently started runs, newest first."""
-        starts = (f"run_id IN (SELECT run_id FROM (SELECT run_id, min(at) AS first_at FROM t "
-                  f"GROUP BY run_id ORDER BY first_at DESC LIMIT {int(limit)}) AS s)")
-        by_run: dict[str, list[dict[str, Any]]] = {}
-        for e in self._query("runs", starts):
-            by_run.setdefault(e["run_id"], []).append(e)
-        return sorted((run_progress(ev) for ev in by_run.values()),
-                      key=lambda p: p.started_at, reverse=True)
-
-    def lock_holders(self, targets: Sequence[str] | None = None) -> dict[str, LockInfo]:
-        """Newest lock event of each target (every target when ``targets`` is None)."""
-        rows = self._query("locks", _in("target", targets), order="target", hashes=True)
-        return lock_holders(_newest(rows, ("target",), ("generation", "at")))
-
-    def publish_statuses(self, targets: Sequence[str] | None = None
-                         ) -> dict[str, PublishStatus]:
-        """Publish state of each target (every target ever paused when ``targets`` is None)."""
-        latest = self._query("publish", _in("target", targets), latest_by='"target", "hold"',
-                             order="target")
-        return fold_publish_statuses(latest, targets)
-
-    def rows(self, name: str, column: str | None = None,
-             values: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """Every row of one of sparkguard's tables (where ``column`` is one of ``values``)."""
-        return self._query(name, _in(column, values) if column else "",
-                           order="generation, at" if name == "locks" else "at", hashes=True)
-
-    def table_location(self, name: str) -> str:
-        return self._location(name)
-
-    def history(self, dataset: str) -> list[dict[str, Any]] | None:
-        """A path table's commits, oldest first (version, timestamp in ms since the epoch,
-        operation, operationParameters, userMetadata); None when there is no table there.
-        Raises :class:`FastReadUnavailable` for a catalog name (Spark reads it)."""
-        if not (dataset.startswith(("/", "./", "../")) or "://" in dataset):
-            raise FastReadUnavailable(f"{dataset} is a catalog table; delta-rs reads paths only")
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        if "://" not in dataset and not os.path.isdir(os.path.join(dataset, "_delta_log")):
-            return None
-        try:
-            commits = DeltaTable(dataset, storage_options=self.storage_options or None).history()
-        except TableNotFoundError:
-            return None
-        except Exception as exc:
-            raise FastReadUnavailable(f"delta-rs cannot read the history of {dataset}: "
-                                      f"{_first_line(exc)}") from exc
-        return sorted(({k: c.get(k) for k in ("version", "timestamp", "operation",
-                                               "operationParameters", "userMetadata")}
-                       for c in commits), key=lambda c: c["version"])
-
-
-def _in(column: str, values: Sequence[str] | None) -> str:
-    if values is None:
-        return ""
-    if not values:
-        return "false"
-    return f'"{column}" IN ({", ".join(_sql_str(v) for v in values)})'
-
-
-def _newest(rows: list[dict[str, Any]], key: tuple[str, ...], order: tuple[str, ...]
-            ) -> list[dict[str, Any]]:
-    best: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in rows:
-        k = tuple(r[c] for c in key)
-        if k not in best or tuple(r[c] for c in order) > tuple(best[k][c] for c in order):
-            best[k] = r
-    return list(best.values())
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
 # -- Spark ----------------------------------------------------------------------------------

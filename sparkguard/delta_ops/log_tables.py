@@ -25,7 +25,7 @@ __all__ = ["LOG_TABLE_PROPERTIES", "append_rows", "create_log_table", "literal_f
 # classic checkpoint every 100 commits bounds the log replay. Nothing is ever updated or
 # deleted. All of it is readable by delta-rs: no table feature beyond the base protocol.
 LOG_TABLE_PROPERTIES = {"delta.checkpointInterval": "100", "delta.appendOnly": "true",
-                        "delta.dataSkippingNumIndexedCols": "0",
+                        "delta.dataSkippingNumIndexedCols": "2",
                         "delta.autoOptimize.autoCompact": "true"}
 
 

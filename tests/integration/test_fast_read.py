@@ -422,3 +422,51 @@ def test_spark_submit_starts_without_the_ivy_banner(spark: Any, tmp_path: Path) 
         ":: resolution report", "modules in use", ":: retrieving", "artifacts copied",
         "added as a dependency", "Setting default log level"))]
     assert ivy == [], proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
+def test_status_reads_spark_written_statistics_newest_first_and_exactly(
+        spark: Any, tmp_path: Path, monkeypatch: Any, zone: str) -> None:
+    """Through the ledger's own API (one commit per event, statistics on ``run_id`` and
+    ``at``), an old run resumed last of all sits in the newest files; the newest-first read
+    must look further back to rank it by its first event, as Spark does. The session's zone
+    is the one Delta writes the statistics in."""
+    from sparkguard import delta_reader, newest_runs
+    from sparkguard.ledger import Ledger, new_run_id
+    from sparkguard.state_read import SparkReader
+
+    served: list[bool] = []
+    real = newest_runs.newest_runs
+
+    def spy(*args: Any) -> Any:
+        out = real(*args)
+        served.append(out is not None)
+        return out
+
+    monkeypatch.setattr(delta_reader, "newest_runs", spy)
+    home = str(tmp_path / "_sg")
+    ledger, fp = Ledger(spark, home), "a" * 64
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        old = new_run_id()
+        ledger.record_run(old, "started", fingerprint=fp, plan_name="old", owner="ann")
+        for i in range(16):
+            run = new_run_id() + f"-{i:02d}"
+            ledger.record_run(run, "started", fingerprint=fp, plan_name=f"p{i}", owner="bob")
+            ledger.record_run(run, "done" if i % 2 else "failed", fingerprint=fp,
+                              plan_name=f"p{i}")
+        ledger.record_run(old, "resumed", fingerprint=fp, plan_name="old")
+        ledger.record_run(old, "done", fingerprint=fp, plan_name="old")
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+    stats = newest_runs.file_stats(
+        delta_reader._add_actions(DeltaRsReader(home)._table("runs")))
+    assert stats is not None and len(stats) > 32  # one file per event, statistics in each
+    fast, slow = DeltaRsReader(home), SparkReader(spark, home)
+    for limit in (1, 2, 3, 16, 17):
+        got = fast.latest_runs(limit)
+        assert repr(got) == repr(slow.latest_runs(limit)), limit
+        assert (old in {p.run_id for p in got}) == (limit == 17), limit
+    assert served[0], "one run: the newest files and the resumed run's first event served it"
+    assert fast.latest_runs(17)[-1].state == "done"

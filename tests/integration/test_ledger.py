@@ -205,11 +205,14 @@ def test_ledger_tables_round_trip_and_are_append_only(spark: Any, lake: Path) ->
     props = DeltaTable.forPath(spark, str(lake / "home/ledger/runs")).detail().first()
     assert props is not None and props["properties"]["delta.appendOnly"] == "true"
     assert props["properties"]["delta.checkpointInterval"] == "100"
-    # appends collect no column statistics (read whole, never skipped): only the row count
+    # appends collect column statistics on run_id and at only (status reads newest first)
     stats = [json.loads(json.loads(line)["add"]["stats"])
              for f in sorted((lake / "home/ledger/runs/_delta_log").glob("*.json"))
              for line in f.read_text().splitlines() if '"add"' in line]
-    assert stats and all(s == {"numRecords": 1} for s in stats), stats
+    assert stats and all(s["numRecords"] == 1 and set(s) == {
+        "numRecords", "minValues", "maxValues", "nullCount"} and all(
+        set(s[k]) == {"run_id", "at"} for k in ("minValues", "maxValues", "nullCount"))
+        for s in stats), stats
     with pytest.raises(Exception, match=r"(?i)append"):
         DeltaTable.forPath(spark, str(lake / "home/ledger/runs")).delete("run_id = 'r1'")
 
