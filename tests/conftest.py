@@ -52,6 +52,24 @@ def base_lake(spark: object, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Per ``latest_runs`` call: True when the newest-first read answered, False when the
+    reader fell back to reading the whole table."""
+    from sparkguard import delta_reader, newest_runs
+
+    seen: list[bool] = []
+    real = newest_runs.newest_runs
+
+    def spy(*args: object) -> object:
+        out = real(*args)
+        seen.append(out is not None)
+        return out
+
+    monkeypatch.setattr(delta_reader, "newest_runs", spy)
+    return seen
+
+
+@pytest.fixture
 def lake(tmp_path: Path) -> Path:
     """A fresh folder for one test's tables."""
     root = tmp_path / "lake"

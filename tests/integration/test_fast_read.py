@@ -426,7 +426,7 @@ def test_spark_submit_starts_without_the_ivy_banner(spark: Any, tmp_path: Path) 
 
 @pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
 def test_status_reads_spark_written_statistics_newest_first_and_exactly(
-        spark: Any, tmp_path: Path, monkeypatch: Any, zone: str) -> None:
+        spark: Any, tmp_path: Path, served: list[bool], zone: str) -> None:
     """Through the ledger's own API (one commit per event, statistics on ``run_id`` and
     ``at``), an old run resumed last of all sits in the newest files; the newest-first read
     must look further back to rank it by its first event, as Spark does. The session's zone
@@ -435,15 +435,6 @@ def test_status_reads_spark_written_statistics_newest_first_and_exactly(
     from sparkguard.ledger import Ledger, new_run_id
     from sparkguard.state_read import SparkReader
 
-    served: list[bool] = []
-    real = newest_runs.newest_runs
-
-    def spy(*args: Any) -> Any:
-        out = real(*args)
-        served.append(out is not None)
-        return out
-
-    monkeypatch.setattr(delta_reader, "newest_runs", spy)
     home = str(tmp_path / "_sg")
     ledger, fp = Ledger(spark, home), "a" * 64
     before = spark.conf.get("spark.sql.session.timeZone")

@@ -12,11 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any
 
-import pytest
-
-from sparkguard import delta_reader, newest_runs
 from sparkguard.delta_reader import DeltaRsReader
 from sparkguard.newest_runs import MS, FileStats, cut
 
@@ -57,22 +53,6 @@ def _expected(events: list[Event], limit: int) -> list[tuple[str, str, int]]:
 def _micros(at: dt.datetime) -> int:
     return (at.astimezone(dt.UTC) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) \
         // dt.timedelta(microseconds=1)
-
-
-@pytest.fixture
-def served(monkeypatch: Any) -> list[bool]:
-    """Per ``latest_runs`` call: True when the newest-first read answered, False when the
-    reader fell back to reading the whole table."""
-    seen: list[bool] = []
-    real = newest_runs.newest_runs
-
-    def spy(*args: Any) -> Any:
-        out = real(*args)
-        seen.append(out is not None)
-        return out
-
-    monkeypatch.setattr(delta_reader, "newest_runs", spy)
-    return seen
 
 
 def _answer(home: Path, limit: int) -> list[tuple[str, str, int]]:
