@@ -19,19 +19,28 @@ def _die(name: str) -> None:
     raise Crash(name)
 
 
-@contextmanager
-def at_failpoint(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str,
-                 act: Callable[[str], None] = _die) -> Iterator[None]:
-    """Inside the block, ``module.failpoint(name)`` calls ``act(name)`` first (default: the
-    driver dies); the module's own failpoint is back after it."""
-    real = module.failpoint
+def on_failpoint(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str,
+                 act: Callable[[str], None] = _die, times: int | None = None) -> list[str]:
+    """From now on (to the test's end), ``module.failpoint(name)`` calls ``act(name)`` first,
+    the first ``times`` times (every time with None); returns the list of those calls."""
+    real, seen = module.failpoint, []
 
     def hooked(fp: str) -> None:
-        if fp == name:
+        if fp == name and (times is None or len(seen) < times):
+            seen.append(fp)
             act(fp)
         real(fp)
 
     monkeypatch.setattr(module, "failpoint", hooked)
+    return seen
+
+
+@contextmanager
+def at_failpoint(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str,
+                 act: Callable[[str], None] = _die) -> Iterator[None]:
+    """``on_failpoint`` inside the block only; the module's own failpoint is back after it."""
+    real = module.failpoint
+    on_failpoint(monkeypatch, module, name, act)
     try:
         yield
     finally:

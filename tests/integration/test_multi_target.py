@@ -19,6 +19,7 @@ from sparkguard.ledger import Ledger, run_progress
 from sparkguard.plan import load_plan
 from sparkguard.publish import is_paused
 from sparkguard.run.evaluator import run_backfill
+from tests.failpoints import on_failpoint
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -87,18 +88,13 @@ def test_failure_of_the_second_target_restores_the_first(
     a, b = root / "target" / "orders_clean", root / "target" / "orders_enriched"
     before_a, before_b = _read(spark, a), _read(spark, b)
     va, vb = _history(spark, a)[-1]["version"], _history(spark, b)[-1]["version"]
-    real, seen = faults.failpoint, []
+    def tamper_second_shadow(_name: str) -> None:
+        if len(seen) == 2:  # the second target's promotion just committed
+            shadow = next((Path(home) / "shadow").glob("*/*/orders_enriched"))
+            DeltaTable.forPath(spark, str(shadow)).delete(
+                F.col("order_date") == F.lit(WINDOW[0]))
 
-    def tamper_second_shadow(name: str) -> None:
-        if name == "after_promote_commit":
-            seen.append(name)
-            if len(seen) == 2:  # the second target's promotion just committed
-                shadow = next((Path(home) / "shadow").glob("*/*/orders_enriched"))
-                DeltaTable.forPath(spark, str(shadow)).delete(
-                    F.col("order_date") == F.lit(WINDOW[0]))
-        real(name)
-
-    monkeypatch.setattr(faults, "failpoint", tamper_second_shadow)
+    seen = on_failpoint(monkeypatch, faults, "after_promote_commit", tamper_second_shadow)
     out = run_backfill(spark, load_plan(plan), str(plan), home=home,
                        evidence_dir=str(root / "evidence"), out=lambda _m: None)
     assert out.exit_code == 1 and "orders_enriched" in out.message

@@ -25,6 +25,7 @@ from sparkguard.run.evaluator import run_backfill
 from sparkguard.run.report import RunOutcome
 from sparkguard.run.stages import RunOptions
 from sparkguard.sql import PartitionType, TableRef, window_predicate
+from tests.failpoints import on_failpoint
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -46,20 +47,6 @@ def _rows_on(spark: Any, root: Path, day: Any, offset: int) -> DataFrame:
     src = spark.read.format("delta").load(str(root / "source" / "orders")).limit(3)
     return transform_orders(spark, src, []).withColumn("order_date", F.lit(day)).withColumn(
         "order_id", F.col("order_id") + offset)
-
-
-def _hook(monkeypatch: Any, at: str, action: Any, times: int = 1) -> list[str]:
-    """Run ``action`` at the named failpoint of the run (the first ``times`` times)."""
-    real, seen = faults.failpoint, []
-
-    def hook(name: str) -> None:
-        if name == at and len(seen) < times:
-            seen.append(name)
-            action()
-        real(name)
-
-    monkeypatch.setattr(faults, "failpoint", hook)
-    return seen
 
 
 def _one_slice(plan: dict[str, Any]) -> None:
@@ -118,8 +105,8 @@ def test_target_changed_inside_window_stops_before_promotion(
     plan = write_plan(root, _one_slice)
     target = root / "target" / "orders_clean"
     theirs = _rows_on(spark, root, WINDOW[1], 10 ** 8)
-    _hook(monkeypatch, "before_promote",
-          lambda: theirs.write.format("delta").mode("append").save(str(target)))
+    on_failpoint(monkeypatch, faults, "before_promote",
+                 lambda _n: theirs.write.format("delta").mode("append").save(str(target)), times=1)
     before = _read(spark, target).collect()
     v0 = _versions(spark, target)[-1]["version"]
     out = _run(spark, plan)
@@ -150,8 +137,8 @@ def test_target_moving_outside_the_window_and_a_delta_conflict_are_retried(
     target = root / "target" / "orders_clean"
     v0 = _versions(spark, target)[-1]["version"]
     extra = _rows_on(spark, root, OUTSIDE, 10 ** 8)
-    _hook(monkeypatch, "before_promote",
-          lambda: extra.write.format("delta").mode("append").save(str(target)))
+    on_failpoint(monkeypatch, faults, "before_promote",
+                 lambda _n: extra.write.format("delta").mode("append").save(str(target)), times=1)
     real_promote = delta_ops.promote_replace_where
     calls: list[int] = []
     started = tmp_path / "write-started"

@@ -27,7 +27,7 @@ from sparkguard.run.data import TransformResultError
 from sparkguard.run.evaluator import FailureEvidenceError, run_backfill
 from sparkguard.run.report import RunOutcome
 from sparkguard.run.undo import RestoreFailedError
-from tests.failpoints import dies_at
+from tests.failpoints import dies_at, on_failpoint
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -156,17 +156,13 @@ def test_a_failed_restore_does_not_hide_the_error_that_caused_it(
     root = copy_lake(base_lake, tmp_path / "lake")
     plan = write_plan(root)
     target, home = root / "target" / "orders_clean", str(root / "_sg")
-    real = faults.failpoint
-
-    def boom(name: str) -> None:
-        if name == "after_verify":
-            raise RuntimeError("boom after verification")
-        real(name)
+    def boom(_name: str) -> None:
+        raise RuntimeError("boom after verification")
 
     def restore_broken(*_a: Any, **_k: Any) -> None:
         raise RuntimeError("restore broke")
 
-    monkeypatch.setattr(faults, "failpoint", boom)
+    on_failpoint(monkeypatch, faults, "after_verify", boom)
     monkeypatch.setattr(undo.delta_ops, "restore", restore_broken)
     with pytest.raises(RestoreFailedError) as err:
         _run(spark, plan)
