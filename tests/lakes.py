@@ -19,6 +19,13 @@ TEST_SESSION_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.paralle
                      "spark.databricks.delta.snapshotPartitions": "2",
                      "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2"}
 
+# The shared in-process session (tests/conftest.py) also evaluates expressions without generating
+# Java code. Its queries read a few hundred rows, where building and compiling a class per query
+# shape costs more than it saves: a warm run of the test lake is about 15 % faster
+# (docs/performance.md). spark-submit runs (tests/system) keep sparkguard's defaults.
+INTERPRETED_CONF = {"spark.sql.codegen.wholeStage": "false",
+                    "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
 DAYS, ROWS_PER_DAY, WINDOW_START, WINDOW_DAYS = 6, 200, 2, 3
 WINDOW = [START + dt.timedelta(days=WINDOW_START + i) for i in range(WINDOW_DAYS)]
 
