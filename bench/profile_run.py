@@ -4,13 +4,22 @@
 lake of ``tests/lakes.py``, runs the demo plan twice to warm the session, then a third time
 under ``cProfile``; prints the run's console, its Spark job count, the Delta commits per table
 and sparkguard's functions by cumulative time. No baseline: a profile, not a benchmark.
+
+``--interpreted``: the test session's settings (``tests.lakes.INTERPRETED_CONF``: no code
+generation). ``--jfr FILE``: the profiled run is also recorded by the JVM's Flight Recorder
+(needs a JDK's ``jcmd`` and ``jfr``), and the JVM's samples are split by thread and by what
+they were doing (code generation, Catalyst, Delta, serialization).
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
 import cProfile
 import io
+import json
 import pstats
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -19,11 +28,47 @@ from sparkguard.plan import load_plan
 from sparkguard.run.evaluator import run_backfill
 from sparkguard.run.report import RunOutcome
 from sparkguard.session import local_session_builder
-from tests.lakes import TEST_SESSION_CONF, build_base, copy_lake, write_plan
+from tests.lakes import INTERPRETED_CONF, TEST_SESSION_CONF, build_base, copy_lake, write_plan
+
+# what a JVM sample was doing: the first of these found anywhere in its stack
+_KINDS = [("code generation", ("expressions/codegen/", "WholeStageCodegen", "codehaus/janino")),
+          ("serialization", ("JavaSerializ", "ObjectOutputStream", "ObjectInputStream")),
+          ("Delta", ("org/apache/spark/sql/delta",)),
+          ("Catalyst (analyze, optimize, plan)", ("sql/catalyst/", "sql/execution/SparkStrategies",
+                                                  "QueryExecution")),
+          ("Parquet", ("parquet",))]
+
+
+def jfr_split(path: Path) -> str:
+    """The recording's execution samples by thread and kind, as percentages of all samples."""
+    out = subprocess.run(["jfr", "print", "--json", "--stack-depth", "64", "--events",
+                          "jdk.ExecutionSample", str(path)], capture_output=True, text=True,
+                         check=True).stdout
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+    events = json.loads(out)["recording"]["events"]
+    for event in events:
+        thread = event["values"]["sampledThread"]["javaName"]
+        who = ("executor" if thread.startswith("Executor task") else
+               "driver" if thread.startswith("Thread-") else "scheduler/other")
+        stack = event["values"]["stackTrace"] or {"frames": []}
+        names = [f["method"]["type"]["name"] for f in stack["frames"]]
+        kind = next((k for k, marks in _KINDS if any(m in n for n in names for m in marks)),
+                    "other")
+        counts[(who, kind)] += 1
+    total = max(len(events), 1)
+    return "\n".join([f"JVM samples: {len(events)}"] + [
+        f"  {100 * n / total:5.1f} %  {who:15s} {kind}" for (who, kind), n in counts.most_common()])
 
 
 def main() -> None:
-    spark = local_session_builder("sparkguard-profile", extra=TEST_SESSION_CONF).getOrCreate()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--interpreted", action="store_true",
+                    help="the test session's settings: no code generation")
+    ap.add_argument("--jfr", type=Path, metavar="FILE",
+                    help="record the profiled run with Java Flight Recorder into FILE")
+    args = ap.parse_args()
+    conf = {**TEST_SESSION_CONF, **(INTERPRETED_CONF if args.interpreted else {})}
+    spark = local_session_builder("sparkguard-profile", extra=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     tmp = Path(tempfile.mkdtemp(prefix="sparkguard-profile-"))
     base = build_base(spark, tmp / "base")
@@ -40,10 +85,17 @@ def main() -> None:
     for i in range(2):
         out, secs, _lines, _root = one(f"warm{i}")
         print(f"warm-up run {i + 1}: exit {out.exit_code} in {secs:.2f} s")
+    pid = str(spark.sparkContext._gateway.proc.pid)  # type: ignore[union-attr]
+    if args.jfr:
+        subprocess.run(["jcmd", pid, "JFR.start", "name=sg", "settings=profile"], check=True,
+                       capture_output=True)
     prof = cProfile.Profile()
     prof.enable()
     out, secs, lines, root = one("profiled")
     prof.disable()
+    if args.jfr:
+        subprocess.run(["jcmd", pid, "JFR.stop", "name=sg", f"filename={args.jfr.resolve()}"],
+                       check=True, capture_output=True)
     print(f"profiled run: exit {out.exit_code} in {secs:.2f} s")
     print("\n".join(lines))
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(f"sparkguard-{out.run_id}")
@@ -55,6 +107,8 @@ def main() -> None:
     buf = io.StringIO()
     pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats("sparkguard", 60)
     print(buf.getvalue())
+    if args.jfr:
+        print(jfr_split(args.jfr))
     spark.stop()
 
 
