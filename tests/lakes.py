@@ -21,8 +21,9 @@ TEST_SESSION_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.paralle
 
 # The shared in-process session (tests/conftest.py) also evaluates expressions without generating
 # Java code. Its queries read a few hundred rows, where building and compiling a class per query
-# shape costs more than it saves: a warm run of the test lake is about 15 % faster
-# (docs/performance.md). spark-submit runs (tests/system) keep sparkguard's defaults.
+# shape costs more than it saves: the heaviest integration modules run about 13 % faster, the
+# whole suite about 3 % (docs/performance.md). spark-submit runs (tests/system) keep
+# sparkguard's defaults.
 INTERPRETED_CONF = {"spark.sql.codegen.wholeStage": "false",
                     "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
