@@ -5,10 +5,15 @@ lake of ``tests/lakes.py``, runs the demo plan twice to warm the session, then a
 under ``cProfile``; prints the run's console, its Spark job count, the Delta commits per table
 and sparkguard's functions by cumulative time. No baseline: a profile, not a benchmark.
 
-``--interpreted``: the test session's settings (``tests.lakes.INTERPRETED_CONF``: no code
-generation). ``--jfr FILE``: the profiled run is also recorded by the JVM's Flight Recorder
-(needs a JDK's ``jcmd`` and ``jfr``), and the JVM's samples are split by thread and by what
-they were doing (code generation, Catalyst, Delta, serialization).
+``--interpreted``: the test session's evaluation (``tests.lakes.INTERPRETED_CONF``: no code
+generation). ``--local-disk``: the test session's local file system and log store
+(``tests.lakes.LOCAL_DISK_CONF``). ``--jfr FILE``: the profiled run is also recorded by the
+JVM's Flight Recorder (needs a JDK's ``jcmd`` and ``jfr``), and the JVM's samples are split by
+thread and by what they were doing (code generation, Catalyst, Delta, serialization). ``--conf KEY=VALUE``
+(repeatable): a setting added to the session. ``--runs N``: N more warm runs, unprofiled, timed
+(their median printed). ``--spawns``: one more run with ``strace`` attached to the JVM, counting
+the processes it started and which programs they ran (Hadoop's local file system without its
+native library runs ``chmod`` and ``readlink`` as processes).
 """
 
 from __future__ import annotations
@@ -19,16 +24,25 @@ import cProfile
 import io
 import json
 import pstats
+import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sparkguard.plan import load_plan
 from sparkguard.run.evaluator import run_backfill
 from sparkguard.run.report import RunOutcome
 from sparkguard.session import local_session_builder
-from tests.lakes import INTERPRETED_CONF, TEST_SESSION_CONF, build_base, copy_lake, write_plan
+from tests.lakes import (
+    INTERPRETED_CONF,
+    LOCAL_DISK_CONF,
+    TEST_SESSION_CONF,
+    build_base,
+    copy_lake,
+    write_plan,
+)
 
 # what a JVM sample was doing: the first of these found anywhere in its stack
 _KINDS = [("code generation", ("expressions/codegen/", "WholeStageCodegen", "codehaus/janino")),
@@ -60,14 +74,44 @@ def jfr_split(path: Path) -> str:
         f"  {100 * n / total:5.1f} %  {who:15s} {kind}" for (who, kind), n in counts.most_common()])
 
 
+def spawned(pid: str, action: Callable[[], object]) -> str:
+    """The processes the JVM ``pid`` started during ``action``, by program (``strace -f``)."""
+    with tempfile.NamedTemporaryFile(suffix=".strace") as trace:
+        tracer = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=execve", "-e",
+                                   "signal=none", "-o", trace.name, "-p", pid])
+        time.sleep(1)  # attached to every thread before the run starts
+        try:
+            action()
+        finally:
+            tracer.terminate()
+            tracer.wait()
+        calls = [ln for ln in Path(trace.name).read_text().splitlines()
+                 if 'execve("' in ln and ln.rstrip().endswith("= 0")]
+    programs = collections.Counter(ln.split('execve("')[1].split('"')[0].rsplit("/", 1)[-1]
+                                   for ln in calls)
+    helper = programs.pop("jspawnhelper", 0)  # Java's launcher, one per process started
+    return (f"processes the JVM started in one run: {helper} "
+            f"({', '.join(f'{name} {n}' for name, n in programs.most_common())})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--interpreted", action="store_true",
                     help="the test session's settings: no code generation")
     ap.add_argument("--jfr", type=Path, metavar="FILE",
                     help="record the profiled run with Java Flight Recorder into FILE")
+    ap.add_argument("--local-disk", action="store_true",
+                    help="the test session's local file system and log store")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting added to the session (repeatable)")
+    ap.add_argument("--runs", type=int, default=0, metavar="N",
+                    help="N more warm runs, unprofiled, timed")
+    ap.add_argument("--spawns", action="store_true",
+                    help="one more run under strace: the processes the JVM started")
     args = ap.parse_args()
-    conf = {**TEST_SESSION_CONF, **(INTERPRETED_CONF if args.interpreted else {})}
+    conf = {**TEST_SESSION_CONF, **(INTERPRETED_CONF if args.interpreted else {}),
+            **(LOCAL_DISK_CONF if args.local_disk else {}),
+            **dict(kv.split("=", 1) for kv in args.conf)}
     spark = local_session_builder("sparkguard-profile", extra=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     tmp = Path(tempfile.mkdtemp(prefix="sparkguard-profile-"))
@@ -109,6 +153,12 @@ def main() -> None:
     print(buf.getvalue())
     if args.jfr:
         print(jfr_split(args.jfr))
+    if args.runs:
+        secs_each = [one(f"timed{i}")[1] for i in range(args.runs)]
+        print(f"{args.runs} warm runs: {' '.join(f'{x:.2f}' for x in secs_each)} s, "
+              f"median {statistics.median(secs_each):.2f} s")
+    if args.spawns:
+        print(spawned(pid, lambda: one("traced")))
     spark.stop()
 
 
