@@ -5,9 +5,8 @@ lake of ``tests/lakes.py``, runs the demo plan twice to warm the session, then a
 under ``cProfile``; prints the run's console, its Spark job count, the Delta commits per table
 and sparkguard's functions by cumulative time. No baseline: a profile, not a benchmark.
 
-``--interpreted``: the test session's evaluation (``tests.lakes.INTERPRETED_CONF``: no code
-generation). ``--local-disk``: the test session's local file system and log store
-(``tests.lakes.LOCAL_DISK_CONF``). ``--jfr FILE``: the profiled run is also recorded by the
+``--interpreted``: the test session's settings (``tests.lakes.INTERPRETED_CONF``: no code
+generation). ``--jfr FILE``: the profiled run is also recorded by the
 JVM's Flight Recorder (needs a JDK's ``jcmd`` and ``jfr``), and the JVM's samples are split by
 thread and by what they were doing (code generation, Catalyst, Delta, serialization). ``--conf KEY=VALUE``
 (repeatable): a setting added to the session. ``--runs N``: N more warm runs, unprofiled, timed
@@ -37,8 +36,7 @@ from sparkguard.run.report import RunOutcome
 from sparkguard.session import local_session_builder
 from tests.lakes import (
     INTERPRETED_CONF,
-    LOCAL_DISK_CONF,
-    TEST_SESSION_CONF,
+        TEST_SESSION_CONF,
     build_base,
     copy_lake,
     write_plan,
@@ -100,8 +98,6 @@ def main() -> None:
                     help="the test session's settings: no code generation")
     ap.add_argument("--jfr", type=Path, metavar="FILE",
                     help="record the profiled run with Java Flight Recorder into FILE")
-    ap.add_argument("--local-disk", action="store_true",
-                    help="the test session's local file system and log store")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting added to the session (repeatable)")
     ap.add_argument("--runs", type=int, default=0, metavar="N",
@@ -110,7 +106,6 @@ def main() -> None:
                     help="one more run under strace: the processes the JVM started")
     args = ap.parse_args()
     conf = {**TEST_SESSION_CONF, **(INTERPRETED_CONF if args.interpreted else {}),
-            **(LOCAL_DISK_CONF if args.local_disk else {}),
             **dict(kv.split("=", 1) for kv in args.conf)}
     spark = local_session_builder("sparkguard-profile", extra=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -32,14 +32,13 @@ TESTS = Path(__file__).resolve().parent
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """Session-scoped local Delta session: 2 cores, few shuffle partitions, UI off, no code
-    generation (``tests.lakes.INTERPRETED_CONF``), no process started per local file
-    (``tests.lakes.LOCAL_DISK_CONF``)."""
+    generation (``tests.lakes.INTERPRETED_CONF``)."""
     from sparkguard.session import local_session_builder
-    from tests.lakes import INTERPRETED_CONF, LOCAL_DISK_CONF, TEST_SESSION_CONF
+    from tests.lakes import INTERPRETED_CONF, TEST_SESSION_CONF
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = {**TEST_SESSION_CONF, **INTERPRETED_CONF, **LOCAL_DISK_CONF}
-    session = local_session_builder("sparkguard-tests", extra=conf).getOrCreate()
+    session = local_session_builder(
+        "sparkguard-tests", extra={**TEST_SESSION_CONF, **INTERPRETED_CONF}).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -27,19 +27,6 @@ TEST_SESSION_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.paralle
 INTERPRETED_CONF = {"spark.sql.codegen.wholeStage": "false",
                     "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
-# It also writes local files without Hadoop's checksum sidecars (``RawLocalFileSystem``) and
-# commits through Delta's ``LocalLogStore``, Delta's log store for one JVM on a local disk
-# (documented "for testing"). Without Hadoop's native library (pyspark ships none) every file
-# created through the checksummed local file system starts a ``chmod`` process, and every commit
-# through ``HDFSLogStore``'s FileContext rename starts ``readlink`` processes: a run of the test
-# lake starts about 570 processes with Delta's defaults, about 200 with these
-# (``python -m bench.profile_run --spawns``, docs/performance.md). Cloud storage never forks;
-# spark-submit runs (tests/system, the demo) keep Delta's defaults.
-LOCAL_DISK_CONF = {"spark.delta.logStore.file.impl": "io.delta.storage.LocalLogStore",
-                   "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
-                   "spark.hadoop.fs.AbstractFileSystem.file.impl":
-                       "org.apache.hadoop.fs.local.RawLocalFs"}
-
 DAYS, ROWS_PER_DAY, WINDOW_START, WINDOW_DAYS = 6, 200, 2, 3
 WINDOW = [START + dt.timedelta(days=WINDOW_START + i) for i in range(WINDOW_DAYS)]
 
