@@ -62,9 +62,11 @@ test-integration: install
 test-system: install
 	flock $(SPARK_LOCK) $(BIN)/python -m pytest -q --durations=25 tests/system
 
+# ruff, mypy and the layer contract (tests/unit/test_layers.py: no Spark, a few seconds)
 lint: $(STAMP)
 	$(BIN)/ruff check sparkguard jobs tests bench
 	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_layers.py
 
 bench: install
 	$(BIN)/pip install -q -e '.[bench]'
