@@ -6,9 +6,9 @@ under ``cProfile``; prints the run's console, its Spark job count, the Delta com
 and sparkguard's functions by cumulative time. No baseline: a profile, not a benchmark.
 
 ``--interpreted``: the test session's settings (``tests.lakes.INTERPRETED_CONF``: no code
-generation). ``--jfr FILE``: the profiled run is also recorded by the
-JVM's Flight Recorder (needs a JDK's ``jcmd`` and ``jfr``), and the JVM's samples are split by
-thread and by what they were doing (code generation, Catalyst, Delta, serialization). ``--conf KEY=VALUE``
+generation). ``--jfr FILE``: the profiled run is also recorded by the JVM's Flight Recorder
+(needs a JDK's ``jcmd`` and ``jfr``), and the JVM's samples are split by thread and by what
+they were doing (code generation, Catalyst, Delta, serialization). ``--conf KEY=VALUE``
 (repeatable): a setting added to the session. ``--runs N``: N more warm runs, unprofiled, timed
 (their median printed). ``--spawns``: one more run with ``strace`` attached to the JVM, counting
 the processes it started and which programs they ran (Hadoop's local file system without its
@@ -34,13 +34,7 @@ from sparkguard.plan import load_plan
 from sparkguard.run.evaluator import run_backfill
 from sparkguard.run.report import RunOutcome
 from sparkguard.session import local_session_builder
-from tests.lakes import (
-    INTERPRETED_CONF,
-        TEST_SESSION_CONF,
-    build_base,
-    copy_lake,
-    write_plan,
-)
+from tests.lakes import INTERPRETED_CONF, TEST_SESSION_CONF, build_base, copy_lake, write_plan
 
 # what a JVM sample was doing: the first of these found anywhere in its stack
 _KINDS = [("code generation", ("expressions/codegen/", "WholeStageCodegen", "codehaus/janino")),
@@ -87,9 +81,16 @@ def spawned(pid: str, action: Callable[[], object]) -> str:
                  if 'execve("' in ln and ln.rstrip().endswith("= 0")]
     programs = collections.Counter(ln.split('execve("')[1].split('"')[0].rsplit("/", 1)[-1]
                                    for ln in calls)
-    helper = programs.pop("jspawnhelper", 0)  # Java's launcher, one per process started
-    return (f"processes the JVM started in one run: {helper} "
+    programs.pop("jspawnhelper", None)  # Java's launcher, run before each program
+    return (f"processes the JVM started in one run: {sum(programs.values())} "
             f"({', '.join(f'{name} {n}' for name, n in programs.most_common())})")
+
+
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key, value
 
 
 def main() -> None:
@@ -98,7 +99,7 @@ def main() -> None:
                     help="the test session's settings: no code generation")
     ap.add_argument("--jfr", type=Path, metavar="FILE",
                     help="record the profiled run with Java Flight Recorder into FILE")
-    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+    ap.add_argument("--conf", action="append", default=[], type=_setting, metavar="KEY=VALUE",
                     help="a setting added to the session (repeatable)")
     ap.add_argument("--runs", type=int, default=0, metavar="N",
                     help="N more warm runs, unprofiled, timed")
@@ -106,7 +107,7 @@ def main() -> None:
                     help="one more run under strace: the processes the JVM started")
     args = ap.parse_args()
     conf = {**TEST_SESSION_CONF, **(INTERPRETED_CONF if args.interpreted else {}),
-            **dict(kv.split("=", 1) for kv in args.conf)}
+            **dict(args.conf)}
     spark = local_session_builder("sparkguard-profile", extra=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     tmp = Path(tempfile.mkdtemp(prefix="sparkguard-profile-"))
