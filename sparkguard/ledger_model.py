@@ -65,6 +65,7 @@ class TargetProgress:
     verified: bool = False
     restored: bool = False
     dataset: str | None = None
+    checked_version: int | None = None  # the version the promotion attempt checked
 
 
 @dataclass
@@ -128,6 +129,7 @@ def _fold_target(tp: TargetProgress, state: str, e: dict[str, Any]) -> None:
         tp.reconciled_version = int(read)
     elif state == "promoting":
         tp.rollback_version = int(read) if read is not None else tp.rollback_version
+        tp.checked_version = tp.rollback_version
         tp.promoted_version, tp.verified, tp.restored = None, False, False
     elif state == "promoted":
         tp.rollback_version = int(read) if read is not None else tp.rollback_version

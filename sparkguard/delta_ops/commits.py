@@ -50,9 +50,21 @@ def commit_metadata(raw: str | None) -> dict[str, Any] | None:
 
 
 def commits_since(spark: SparkSession, ref: TableRef, version: int,
-                  limit: int = 1000) -> list[dict[str, Any]]:
-    """Commits after ``version`` (newest first, bounded): version, operation, userMetadata."""
-    rows = (history(spark, ref, limit).filter(F.col("version") > version)
+                  page: int = 1000) -> list[dict[str, Any]]:
+    """Every commit after ``version``, newest first: version, timestamp, operation,
+    userMetadata. One ``DESCRIBE HISTORY`` of ``page`` rows; when more commits than that landed
+    since ``version`` (a busy target), a second one of exactly as many rows as landed."""
+    rows = _history_from(spark, ref, version, page)
+    if len(rows) == page and int(rows[-1]["version"]) > version:
+        rows = _history_from(spark, ref, version, int(rows[0]["version"]) - version + 1)
+    return [r for r in rows if int(r["version"]) > version]
+
+
+def _history_from(spark: SparkSession, ref: TableRef, version: int,
+                  limit: int) -> list[dict[str, Any]]:
+    """Of the newest ``limit`` commits, those from ``version`` on (one small row each), newest
+    first."""
+    rows = (history(spark, ref, limit).filter(F.col("version") >= version)
             .select("version", "timestamp", "operation", "userMetadata")
             .orderBy(F.col("version").desc()).collect())
     return [r.asDict() for r in rows]
@@ -94,17 +106,20 @@ class PromotionState:
     promoted_version: int | None  # the run's promote commit, unless a later restore undid it
     undone: int  # how many times the run restored this target after promoting it
     foreign: tuple[dict[str, Any], ...]  # commits by others after the run's newest commit
+    promotes: int = 0  # the run's promote commits of this target in the commits folded
 
     @property
     def next_txn_version(self) -> int:
-        """txnVersion for the next promotion attempt (a repeat of the same one is a no-op)."""
-        return self.undone + 1
+        """txnVersion for the next promotion attempt: the one of the promotion in place (a
+        repeat is a no-op), else one past every promote commit of the run (Delta skips a
+        txnVersion it has seen, so the fold must start before the run's first promotion)."""
+        return self.promotes + (0 if self.promoted_version is not None else 1)
 
 
 def promotion_state(commits: Sequence[dict[str, Any]], run_id: str, label: str) -> PromotionState:
     """Fold the commits after the rollback point (newest first) for one run and target."""
     promoted: int | None = None
-    undone = 0
+    undone = promotes = 0
     foreign: list[dict[str, Any]] = []
     for c in sorted(commits, key=lambda c: int(c["version"])):
         meta = commit_metadata(c.get("userMetadata"))
@@ -116,7 +131,8 @@ def promotion_state(commits: Sequence[dict[str, Any]], run_id: str, label: str) 
         foreign = []
         if meta.get("action") == "promote":
             promoted = int(c["version"])
+            promotes += 1
         elif meta.get("action") in ("restore", "rollback") and promoted is not None:
             promoted = None
             undone += 1
-    return PromotionState(promoted, undone, tuple(foreign))
+    return PromotionState(promoted, undone, tuple(foreign), promotes)

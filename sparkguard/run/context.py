@@ -63,6 +63,7 @@ class TargetState:
     start_version: int | None = None  # target version when the run took its lock
     reconciled_version: int | None = None
     rollback_version: int | None = None
+    checked_version: int | None = None  # the version the promotion attempt checked
     promoted_version: int | None = None
     verified: bool = False
     restored: bool = False

@@ -31,25 +31,34 @@ def visit_promote(stage: Promote, ctx: RunContext, state: RunState) -> None:
     if found is None:
         raise SparkguardError(f"{label}: promotion commit not found in the table history "
                               f"after version {current}")
-    if found - 1 != current:
+    _landed(ctx, state, st, current, found, commits)
+    faults.failpoint("after_promote_ledger")
+    verify(ctx, state, st)
+
+
+def _landed(ctx: RunContext, state: RunState, st: TargetState, checked: int, found: int,
+            commits: Sequence[dict[str, object]], **facts: object) -> None:
+    """The promotion commit ``found`` is in the history: the rollback point becomes the version
+    just before it when other writers committed after ``checked``; record it; compare the
+    window across that gap. The one place a landed promotion is recorded (fresh or resumed)."""
+    label = st.spec.label
+    if found - 1 != checked:
         others = [c for c in delta_ops.foreign_commits(commits, state.run_id)
-                  if int(c["version"]) < found]
+                  if checked < int(str(c["version"])) < found]
         note = (f"{len(others)} commit(s) by other writers landed between the rollback point "
-                f"{current} and the promotion commit {found} "
+                f"{checked} and the promotion commit {found} "
                 f"({', '.join('v' + str(c['version']) for c in others)}); the rollback point "
                 f"is version {found - 1}, just before the promotion commit")
         st.notes.append(note)
         ctx.say(f"{label}: {note}")
-        st.rollback_version = found - 1
-    st.promoted_version = found
-    record(ctx, state, "promoted", st, version_read=st.rollback_version, version_written=found,
-           promoted_versions={label: found}, rollback_versions={label: st.rollback_version})
+    st.rollback_version, st.promoted_version, st.checked_version = found - 1, found, checked
+    record(ctx, state, "promoted", st, version_read=found - 1, version_written=found,
+           promoted_versions={label: found}, rollback_versions={label: found - 1},
+           checked_version=checked, **facts)
     notify(ctx, state, "promoted", target=st.ref.display, version=found,
-           rollback_version=st.rollback_version)
-    if found - 1 != current:
-        _check_gap(ctx, state, st, current, found - 1)
-    faults.failpoint("after_promote_ledger")
-    verify(ctx, state, st)
+           rollback_version=found - 1)
+    if found - 1 != checked:
+        _check_gap(ctx, state, st, checked, found - 1)
 
 
 def _check_gap(ctx: RunContext, state: RunState, st: TargetState, checked: int,
@@ -73,10 +82,18 @@ def _check_gap(ctx: RunContext, state: RunState, st: TargetState, checked: int,
 
 
 def _already_promoted(ctx: RunContext, state: RunState, st: TargetState) -> bool:
-    """Resume: find this run's promotion in the target history by its userMetadata."""
+    """Resume: find this run's promotion in the target history by its userMetadata.
+
+    The history is folded from the run's start, so that the next txnVersion is past every
+    promotion commit of the run (a restored one too). A promotion the ledger never heard of
+    (the crash came right after its commit) is recorded as a fresh one is, the gap before it
+    compared; a crash during that comparison repeats it.
+    """
     assert st.rollback_version is not None
     label = st.spec.label
-    commits = delta_ops.commits_since(ctx.spark, st.ref, st.rollback_version)
+    checked = st.checked_version if st.checked_version is not None else st.rollback_version
+    since = min(v for v in (st.start_version, st.rollback_version, checked) if v is not None)
+    commits = delta_ops.commits_since(ctx.spark, st.ref, since)
     found_state = delta_ops.promotion_state(commits, state.run_id, label)
     st.txn_version = found_state.next_txn_version
     if found_state.promoted_version is None:
@@ -86,11 +103,9 @@ def _already_promoted(ctx: RunContext, state: RunState, st: TargetState) -> bool
     ctx.say(f"{label}: already promoted by this run at version {found} (found in the table "
             "history by its userMetadata); not promoting again")
     if st.promoted_version != found:  # the crash came before the ledger row
-        st.promoted_version = found
-        record(ctx, state, "promoted", st, version_read=st.rollback_version,
-               version_written=found, promoted_versions={label: found}, found_in_history=True)
-        notify(ctx, state, "promoted", target=st.ref.display, version=found,
-               rollback_version=st.rollback_version)
+        _landed(ctx, state, st, checked, found, commits, found_in_history=True)
+    elif not st.verified and found - 1 != checked:  # the crash came during the gap check
+        _check_gap(ctx, state, st, checked, found - 1)
     if st.verified:
         ctx.say(f"{label}: promotion already verified")
     else:
@@ -122,12 +137,10 @@ def _prepare_and_commit(ctx: RunContext, state: RunState, st: TargetState) -> in
             _commit(ctx, state, st)
             return current
         except Exception as exc:
+            if _landed_anyway(ctx, state, st, current, exc):
+                return current
             if not delta_ops.is_conflict(exc):
                 raise
-            found = delta_ops.promotion_state(
-                delta_ops.commits_since(ctx.spark, st.ref, current), state.run_id, label)
-            if found.promoted_version is not None:  # it landed after all
-                return current
             ctx.say(f"{label}: delta conflict on promotion attempt {attempt}/{attempts}: "
                     f"{delta_ops.conflict_summary(exc)}; checking the target again in "
                     f"{backoff * attempt:.1f}s")
@@ -135,6 +148,25 @@ def _prepare_and_commit(ctx: RunContext, state: RunState, st: TargetState) -> in
     raise TargetMovedError(
         f"{label}: the target kept changing ({attempts} attempts); nothing was promoted and "
         "publish stays paused. Re-run once the other writers are quiet")
+
+
+def _landed_anyway(ctx: RunContext, state: RunState, st: TargetState, current: int,
+                   exc: Exception) -> bool:
+    """The promotion raised: did its commit land all the same (a conflict reported after the
+    commit, a post-commit hook that failed)? Then the run goes on to record and verify it;
+    otherwise a failure would leave a promotion the ledger and the restore never heard of."""
+    try:
+        found = delta_ops.promotion_state(delta_ops.commits_since(ctx.spark, st.ref, current),
+                                          state.run_id, st.spec.label).promoted_version
+    except Exception:  # the history cannot be read now: the promotion's own error is the story
+        return False
+    if found is None:
+        return False
+    note = (f"the promotion commit landed at version {found}, but Delta raised after it: "
+            f"{type(exc).__name__}: {str(exc)[:300]}; going on to verify it")
+    st.notes.append(note)
+    ctx.say(f"{st.spec.label}: {note}")
+    return True
 
 
 def _target_moved(ctx: RunContext, state: RunState, st: TargetState, current: int) -> None:

@@ -175,7 +175,7 @@ def _load_resume(ctx: RunContext, state: RunState, prev: RunProgress) -> None:
         tp = prev.targets.get(label)
         if tp is None:
             continue
-        st.rollback_version = tp.rollback_version
+        st.rollback_version, st.checked_version = tp.rollback_version, tp.checked_version
         st.promoted_version = tp.promoted_version if not tp.restored else None
         st.verified = tp.verified and not tp.restored
     ctx.say(f"resuming run {prev.run_id} (last step {last_step(ctx, state, prev)}, source pinned "

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkguard import delta_ops, faults
+from sparkguard.cli import main
 from sparkguard.demo import transform_orders
 from sparkguard.ledger import Ledger, run_progress
 from sparkguard.plan import load_plan
@@ -25,7 +26,7 @@ from sparkguard.run.evaluator import run_backfill
 from sparkguard.run.report import RunOutcome
 from sparkguard.run.stages import RunOptions
 from sparkguard.sql import PartitionType, TableRef, window_predicate
-from tests.failpoints import on_failpoint
+from tests.failpoints import Crash, on_failpoint
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -82,6 +83,10 @@ def test_repeated_commits_with_the_same_txn_are_no_ops(spark: Any, lake: Path) -
         (1, WINDOW[0], "newer"), (2, WINDOW[1], "old")]
     # the session confs used for the MERGE are gone again
     assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None
+    # every commit after a version, however small a page of history is read at a time
+    for page in (1, 2, 1000):
+        assert [c["version"] for c in delta_ops.commits_since(spark, ref, 0, page=page)] == [2, 1]
+    assert delta_ops.commits_since(spark, ref, 2, page=1) == []
 
 
 def test_promotion_state_from_history() -> None:
@@ -196,3 +201,70 @@ def test_target_moving_outside_the_window_and_a_delta_conflict_are_retried(
     assert moved == [True]  # attempt 2 found the append and the new metadata outside the window
     assert [e["target_version_read"] for e in events if e["state"] == "promoting"] == [
         v0, v0 + 2]
+
+
+@pytest.mark.parametrize("where", ["outside", "inside"])
+def test_crash_right_after_a_promotion_past_another_writer_is_resumed_like_a_run_without_it(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any, where: str) -> None:
+    """Another writer appends between the rollback point and the promotion's transaction, and
+    the driver dies right after the promotion commit, before the ledger heard of it. The resumed
+    run does what the run without a crash does: outside the window, the rollback point is the
+    version just before the promotion (a rollback keeps their rows); inside it, the promotion is
+    undone at once."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    before = _read(spark, target).collect()
+    v0 = _versions(spark, target)[-1]["version"]
+    theirs = _rows_on(spark, root, OUTSIDE if where == "outside" else WINDOW[1], 10 ** 8)
+    on_failpoint(monkeypatch, faults, "before_promote",
+                 lambda _n: theirs.write.format("delta").mode("append").save(str(target)), times=1)
+    on_failpoint(monkeypatch, faults, "after_promote_commit", times=1)
+    with pytest.raises(Crash):
+        _run(spark, plan)
+    out = _run(spark, plan)
+    prog = run_progress(Ledger(spark, home).run_events(out.run_id))
+    ours = F.col("order_id") < 10 ** 8
+    if where == "inside":
+        assert out.exit_code == 1 and "another writer changed the window" in out.message
+        assert prog.state == "gate_failed" and prog.targets["orders_clean"].restored
+        assert _read(spark, target).filter(ours).collect() == before  # promotion undone
+        assert _read(spark, target).filter(~ours).count() == 3  # their rows kept
+        return
+    assert out.exit_code == 0, out.message
+    st = out.targets["orders_clean"]
+    assert (st.rollback_version, st.promoted_version) == (v0 + 1, v0 + 2)
+    assert prog.targets["orders_clean"].rollback_version == v0 + 1
+    assert main(["rollback", "--run-id", out.run_id, "--home", home]) == 0
+    assert _read(spark, target).filter(ours).collect() == before
+    assert _read(spark, target).filter(~ours).count() == 3  # the rollback kept their append
+
+
+def test_a_promotion_that_raises_after_its_commit_landed_is_recorded_and_verified(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """Delta commits the promotion, then raises (a post-commit hook that failed): the run finds
+    its commit in the history and verifies it, rather than failing with a promotion that the
+    ledger, the evidence and the automatic restore never heard of."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    v0 = _versions(spark, target)[-1]["version"]
+    real_promote = delta_ops.promote_replace_where
+
+    def promote(*args: Any) -> None:
+        real_promote(*args)
+        raise RuntimeError("DELTA_POST_COMMIT_HOOK_FAILED: checkpoint (test)")
+
+    monkeypatch.setattr(delta_ops, "promote_replace_where", promote)
+    lines: list[str] = []
+    out = _run(spark, plan, lines)
+    assert out.exit_code == 0, out.message
+    assert [h["operation"] for h in _versions(spark, target) if h["version"] > v0] == ["WRITE"]
+    prog = run_progress(Ledger(spark, home).run_events(out.run_id))
+    assert prog.state == "done" and prog.targets["orders_clean"].verified
+    assert prog.targets["orders_clean"].promoted_version == v0 + 1
+    assert any("landed at version" in n and "POST_COMMIT" in n
+               for n in out.targets["orders_clean"].notes)
+    expected = transform_orders(spark, spark.read.format("delta").load(
+        str(root / "source" / "orders")), []).orderBy("order_date", "order_id")
+    assert_df_equality(_read(spark, target), expected, ignore_nullable=True)

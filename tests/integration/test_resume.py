@@ -20,7 +20,7 @@ from sparkguard.publish import is_paused
 from sparkguard.run.evaluator import run_backfill
 from sparkguard.run.report import RunOutcome
 from sparkguard.run.stages import RunOptions
-from tests.failpoints import dies_at
+from tests.failpoints import Crash, dies_at, on_failpoint
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -167,3 +167,37 @@ def test_dry_run_slices_are_reused_by_the_real_run(spark: Any, base_lake: Path,
     assert started["dry_run_claim"]["recorded_run_id"] == dry.run_id
     assert any(f"dry run of this exact plan recorded in the ledger: run {dry.run_id}" in ln
                for ln in lines)
+
+
+def test_a_run_restored_after_promoting_then_killed_before_promoting_again_still_promotes(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """Promoted, then a runtime failure restored the target; the re-run records a new rollback
+    point and dies before its promotion; the next re-run must not reuse the first promotion's
+    txnVersion (Delta would skip the write as a duplicate, on every re-run)."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    v0 = _history(spark, target)[-1]["version"]
+
+    def boom(_n: str) -> None:
+        raise RuntimeError("storage hiccup after the verification (test)")
+
+    on_failpoint(monkeypatch, faults, "after_verify", boom, times=1)
+    with pytest.raises(RuntimeError, match="storage hiccup"):
+        _run(spark, plan)
+    (first,) = Ledger(spark, home).latest_runs()
+    assert first.state == "failed" and first.targets["orders_clean"].restored
+    on_failpoint(monkeypatch, faults, "before_promote", times=1)
+    with pytest.raises(Crash):
+        _run(spark, plan)
+    out = _run(spark, plan)
+    assert out.exit_code == 0 and out.run_id == first.run_id, out.message
+    ops = [(h["operation"], h["userMetadata"] or "") for h in _history(spark, target)
+           if h["version"] > v0]
+    assert [o for o, _m in ops] == ["WRITE", "RESTORE", "WRITE"]
+    assert '"promote"' in ops[2][1]
+    prog = run_progress(Ledger(spark, home).run_events(out.run_id))
+    assert prog.state == "done" and prog.targets["orders_clean"].promoted_version == v0 + 3
+    assert_df_equality(spark.read.format("delta").load(str(target))
+                       .orderBy("order_date", "order_id"), _expected(spark, root),
+                       ignore_nullable=True)
