@@ -33,7 +33,8 @@ RUN_STATES: dict[str, str] = {
     "published": "evidence written and publish reopened",
     "done": "run finished: every target promoted, verified, published (terminal)",
     "gate_failed": "a gate or verification failed; every target unchanged or restored (terminal)",
-    "failed": "runtime failure; targets unchanged or restored; re-run to resume",
+    "failed": "runtime failure; targets unchanged, restored, or (failing after every target "
+              "was verified) left promoted; re-run to resume",
     "abandoned": "lock taken over by another run after the stale timeout (terminal)",
     "rolling_back": "rollback of a finished run started",
     "rolled_back": "every target restored to its rollback point and verified (terminal)",

@@ -185,6 +185,15 @@ def _fail(ctx: RunContext, state: RunState, exc: Exception) -> None:
     """Record a runtime failure and its evidence after restoring what the run promoted."""
     if isinstance(exc, (RestoreFailedError, FailureEvidenceError)):
         return  # recorded where it arose
+    if state.evidence_path and state.targets and all(
+            st.verified for st in state.targets.values()):
+        # Promoted, verified and its evidence written: only reopening publish or recording
+        # the end failed. Undoing verified data (publish perhaps open already) would be the
+        # harm; a re-run finishes the run without promoting again.
+        ctx.say("every target is promoted and verified, so nothing is restored; re-run the "
+                "same command to reopen publish and record the run as done")
+        record(ctx, state, "failed", error=_why(exc), restored=[], promoted_and_verified=True)
+        return
     restored = _restore_or_fail(ctx, state, exc)
     record(ctx, state, "failed", error=_why(exc), restored=restored)
     _failure_evidence(ctx, state, "failed", _why(exc), exc)

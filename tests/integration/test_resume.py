@@ -201,3 +201,32 @@ def test_a_run_restored_after_promoting_then_killed_before_promoting_again_still
     assert_df_equality(spark.read.format("delta").load(str(target))
                        .orderBy("order_date", "order_id"), _expected(spark, root),
                        ignore_nullable=True)
+
+
+def test_a_failure_after_publish_reopened_keeps_the_verified_promotion_and_the_rerun_finishes(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """Every target promoted and verified, the evidence written, publish reopened; then
+    recording the end fails. Downstream may already read the new data: the run must not
+    restore it behind their back; the re-run records the run as done without promoting again."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    v0 = _history(spark, target)[-1]["version"]
+
+    def boom(_n: str) -> None:
+        raise RuntimeError("ledger storage hiccup (test)")
+
+    on_failpoint(monkeypatch, faults, "mid_publish_resume", boom, times=1)
+    with pytest.raises(RuntimeError, match="ledger storage hiccup"):
+        _run(spark, plan)
+    (failed,) = Ledger(spark, home).latest_runs()
+    assert failed.state == "failed" and not failed.targets["orders_clean"].restored
+    assert [h["operation"] for h in _history(spark, target) if h["version"] > v0] == ["WRITE"]
+    assert_df_equality(spark.read.format("delta").load(str(target))
+                       .orderBy("order_date", "order_id"), _expected(spark, root),
+                       ignore_nullable=True)
+    out = _run(spark, plan)
+    assert out.exit_code == 0 and out.run_id == failed.run_id, out.message
+    assert [h["operation"] for h in _history(spark, target) if h["version"] > v0] == ["WRITE"]
+    assert run_progress(Ledger(spark, home).run_events(out.run_id)).state == "done"
+    assert not is_paused(spark, str(target), home)
