@@ -26,7 +26,8 @@ class RestoreFailedError(SparkguardError):
 
 def restore_target(ctx: RunContext, state: RunState, st: TargetState, why: str) -> None:
     """Undo this run's promotion of ``st``: RESTORE, or (when other writers committed after it)
-    put the window back as it was, keeping their commits. Verified on the window."""
+    put the window back as it was, keeping their commits; refused when they changed the window
+    itself (their rows would be lost). Verified on the window."""
     assert st.rollback_version is not None and st.promoted_version is not None
     label, version = st.spec.label, st.rollback_version
     parts = ctx.window.partitions
@@ -37,8 +38,18 @@ def restore_target(ctx: RunContext, state: RunState, st: TargetState, why: str) 
         delta_ops.commits_since(ctx.spark, st.ref, st.promoted_version), state.run_id,
         data_only=True)
     if after:
-        ctx.say(f"{label}: {len(after)} commit(s) by other writers after the promotion; "
-                f"putting the window back as of version {version} instead of RESTORE")
+        listed = ", ".join(f"v{c['version']} {c['operation']}" for c in after[:10])
+        promoted, now = fingerprints(target_df(ctx, st, parts, st.promoted_version),
+                                     target_df(ctx, st, parts))
+        if promoted != now:
+            raise SparkguardError(
+                f"{label}: other writers changed the window after this run's promotion "
+                f"({listed}); putting the window back as of version {version} would lose their "
+                "rows, so it was left as it is: decide with the table's owners, then roll back "
+                "with `sparkguard rollback --run-id <run> --force` or repair the window")
+        ctx.say(f"{label}: {len(after)} commit(s) by other writers after the promotion "
+                f"({listed}), none in the window; putting the window back as of version "
+                f"{version} instead of RESTORE")
         delta_ops.revert_window(ctx.spark, st.ref, version, ctx.window.pred(parts), meta)
     else:
         delta_ops.restore(ctx.spark, st.ref, version, meta)

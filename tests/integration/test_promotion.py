@@ -268,3 +268,42 @@ def test_a_promotion_that_raises_after_its_commit_landed_is_recorded_and_verifie
     expected = transform_orders(spark, spark.read.format("delta").load(
         str(root / "source" / "orders")), []).orderBy("order_date", "order_id")
     assert_df_equality(_read(spark, target), expected, ignore_nullable=True)
+
+
+@pytest.mark.parametrize("where", ["outside", "inside"])
+def test_automatic_restore_after_another_writer_committed_behind_the_promotion(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any, where: str) -> None:
+    """The run promotes and verifies, another writer appends, then the run fails. Their append
+    outside the window: the window is put back as it was (no RESTORE), their rows kept. Inside
+    the window: putting it back would lose their rows, so nothing is undone, the run's failure
+    says so and publish stays paused."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    before = _read(spark, target).collect()
+    v0 = _versions(spark, target)[-1]["version"]
+    theirs = _rows_on(spark, root, OUTSIDE if where == "outside" else WINDOW[1], 10 ** 8)
+    on_failpoint(monkeypatch, faults, "after_promote_ledger",
+                 lambda _n: theirs.write.format("delta").mode("append").save(str(target)), times=1)
+
+    def boom(_n: str) -> None:
+        raise RuntimeError("storage hiccup after the verification (test)")
+
+    on_failpoint(monkeypatch, faults, "after_verify", boom, times=1)
+    ours = F.col("order_id") < 10 ** 8
+    with pytest.raises(Exception, match="storage hiccup") as err:
+        _run(spark, plan)
+    ops = [h["operation"] for h in _versions(spark, target) if h["version"] > v0]
+    (prog,) = Ledger(spark, home).latest_runs()
+    assert prog.state == "failed"
+    assert _read(spark, target).filter(~ours).count() == 3  # their rows kept either way
+    assert is_paused(spark, str(target), home)
+    if where == "outside":
+        assert ops == ["WRITE", "WRITE", "WRITE"]  # promotion, theirs, the window put back
+        assert prog.targets["orders_clean"].restored
+        assert _read(spark, target).filter(ours).collect() == before
+        return
+    assert "other writers changed the window after this run's promotion" in str(err.value)
+    assert ops == ["WRITE", "WRITE"]  # nothing undone
+    assert not prog.targets["orders_clean"].restored
+    assert _read(spark, target).filter(ours).collect() != before  # the promotion still there
