@@ -9,7 +9,7 @@ from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from sparkguard.plan.enums import Aggregation, CheckType, NanRule, Promotion
 from sparkguard.plan.fields import ADDED_LATER, Dataset, Label, PlanValueError, SqlName, _Frozen
-from sparkguard.sql import check_expression
+from sparkguard.sql import check_expression, query_problem
 
 __all__ = ["Check", "ColumnContract", "Contract", "MergeSpec", "TargetItem", "TargetSpec",
            "TargetValidation", "Transform", "Validation"]
@@ -39,12 +39,13 @@ class Transform(_Frozen):
         if v is None:
             return v
         body = v.strip().rstrip(";").strip()
-        if ";" in body:
-            raise PlanValueError("transform SQL must be one query, it contains ';'",
-                                 "remove the ';' inside it")
-        if not re.match(r"(?is)^\s*(select|with)\b", body):
-            raise PlanValueError("transform SQL must be a query",
-                                 "start it with SELECT or WITH")
+        problem = query_problem(body)
+        if problem is None and not re.match(r"(?is)^\s*(select|with)\b", body):
+            problem = "start it with SELECT or WITH"
+        if problem:
+            raise PlanValueError(f"transform SQL must be a query: {problem}",
+                                 "write one SELECT (or WITH ... SELECT) reading {source}; "
+                                 "sparkguard writes the result itself")
         return body
 
     @field_validator("callable")
