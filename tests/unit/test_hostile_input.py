@@ -82,3 +82,12 @@ def test_plans_with_a_command_after_with_are_refused_before_spark(
     line = next(ln for ln in out.splitlines() if field in ln)
     assert "is a command (" in line and "write one SELECT" in line
     assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "-inf", "1e400", "soon"])
+def test_stale_lock_timeout_must_be_finite_and_positive(
+        value: str, capsys: pytest.CaptureFixture[str], no_session: None) -> None:
+    assert main(["run", "--plan", "missing.yaml", "--takeover-stale-lock",
+                 f"--stale-lock-timeout={value}"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--stale-lock-timeout" in err and "finite number of seconds above 0" in err
