@@ -24,6 +24,7 @@ from sparkguard.sql import TableRef, quote_identifier
 
 __all__ = [
     "ADDED_LATER",
+    "BOUND_YEARS",
     "MAX_RANGE_DAYS",
     "Dataset",
     "Label",
@@ -36,6 +37,7 @@ __all__ = [
     "Text",
     "UtcBound",
     "split_partition",
+    "utc_moment",
 ]
 
 # A date window longer than this is never materialised partition by partition (the guard
@@ -43,6 +45,9 @@ __all__ = [
 MAX_RANGE_DAYS = 3660
 
 _ROLE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+
+
+BOUND_YEARS = (1900, 9998)  # window bounds, in UTC
 
 
 class PlanValueError(ValueError):
@@ -121,9 +126,23 @@ def _utc_bound(value: object) -> object:
     else:
         raise PlanValueError("is not a timestamp",
                              "write it like \"2026-05-01T00:00:00Z\" (quoted) or 2026-05-01")
+    return utc_moment(moment)
+
+
+def utc_moment(moment: dt.datetime) -> dt.datetime:
+    """``moment`` as aware UTC (naive means UTC); PlanValueError outside :data:`BOUND_YEARS`,
+    so window arithmetic (a day or an hour past the end) cannot overflow."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC)
+    try:
+        utc: dt.datetime | None = moment.astimezone(dt.UTC)
+    except OverflowError:
+        utc = None
+    lo, hi = BOUND_YEARS
+    if utc is None or not lo <= utc.year <= hi:
+        raise PlanValueError(f"is outside the years {lo} to {hi} (UTC)",
+                             f"give a bound from {lo}-01-01 to {hi}-12-31")
+    return utc
 
 
 def _partition_item(value: object) -> object:

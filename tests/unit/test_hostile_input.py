@@ -4,13 +4,18 @@ No test here starts Spark."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from sparkguard.cli import main
 from sparkguard.commands import common as cli_common
 from sparkguard.errors import EXIT_USAGE
+from sparkguard.layouts import LAYOUTS, layout_plan
+from sparkguard.plan import load_plan, window_spec
 from sparkguard.sql import query_only, query_problem
 from tests.plan_fixtures import plan_yaml, valid_plan
 
@@ -91,3 +96,88 @@ def test_stale_lock_timeout_must_be_finite_and_positive(
                  f"--stale-lock-timeout={value}"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "--stale-lock-timeout" in err and "finite number of seconds above 0" in err
+
+
+def _window_plan(tmp_path: Path, **window: Any) -> Path:
+    """The timestamp layout's plan with ``affected_window``/``window_column`` changes."""
+    data = layout_plan(LAYOUTS["timestamp_partial_day"], Path("/lake"))
+    bp = data["backfill_plan"]
+    for key, value in window.items():
+        section, field = key.split("__")
+        bp[section][field] = value
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _date_plan(tmp_path: Path, **window: str) -> Path:
+    data = valid_plan()
+    data["backfill_plan"]["affected_window"].update(window)
+    data["backfill_plan"]["affected_window"].pop("partitions", None)
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_yaml(data), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("field", "value", "layout"), [
+    ("start_utc", "0001-01-01T00:00:00+01:00", "date"),
+    ("start_utc", "0001-01-01T00:00:00+01:00", "timestamp"),
+    ("end_utc", "9999-12-31T05:00:00Z", "date"),
+    ("end_utc", "9999-12-31T05:00:00Z", "timestamp"),
+    ("end_utc", "9999-12-31T23:00:00-05:00", "date"),
+    ("start_utc", "1899-12-31", "date"),
+])
+@pytest.mark.parametrize("cmd", [["guard", "--static-only"], ["run", "--explain", "--plan"],
+                                 ["approve"]])
+def test_extreme_window_bounds_are_a_named_plan_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_session: None, field: str,
+        value: str, layout: str, cmd: list[str]) -> None:
+    path = (_date_plan(tmp_path, **{field: value}) if layout == "date"
+            else _window_plan(tmp_path, **{f"affected_window__{field}": value}))
+    before = _tree(tmp_path)
+    argv = [*cmd, str(path)] if cmd[0] != "approve" else \
+        ["approve", str(path), "--role", "data-platform-owner", "--by", "a@example.com"]
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"backfill_plan.affected_window.{field}: is outside the years 1900 to 9998" in err
+    assert "Traceback" not in err and _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--start", "0001-01-01T00:00:00+05:00"),
+                                             ("--end", "9999-12-31T23:00:00-05:00")])
+def test_plan_init_refuses_extreme_bounds_before_spark(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_session: None, flag: str,
+        value: str) -> None:
+    bounds = {"--start": "2026-05-01", "--end": "2026-05-03", flag: value}
+    argv = ["plan", "init", "--source", "/lake/s", "--target", "/lake/t",
+            "--start", bounds["--start"], "--end", bounds["--end"], "-o", str(tmp_path / "d.yaml")]
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"{flag}: is outside the years 1900 to 9998" in err and "Traceback" not in err
+    assert not (tmp_path / "d.yaml").exists()
+
+
+def test_a_window_too_large_is_refused_before_its_buckets_are_built(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_session: None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[object] = []
+
+    def bucket(*args: object) -> object:
+        built.append(args)
+        if len(built) > 3660:
+            raise AssertionError("buckets built beyond max_partitions")
+        return real(*args)
+    real = window_spec.Bucket
+    monkeypatch.setattr(window_spec, "Bucket", bucket)
+    path = _window_plan(tmp_path, affected_window__start_utc="1990-01-01T00:00:00Z",
+                        affected_window__end_utc="2020-01-01T00:00:30Z",
+                        window_column__bucket="hour")
+    assert main(["guard", "--static-only", str(path)]) == EXIT_USAGE
+    out = capsys.readouterr().out
+    hours = (dt.datetime(2020, 1, 1) - dt.datetime(1990, 1, 1)) // dt.timedelta(hours=1) + 1
+    assert f"{hours} buckets exceed the plan's max_partitions" in out
+    assert not built
+    plan = load_plan(path)
+    with pytest.raises(ValueError, match=f"{hours} buckets exceed max_partitions"):
+        window_spec.range_window(plan)
+    assert not built
