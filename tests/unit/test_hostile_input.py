@@ -181,3 +181,22 @@ def test_a_window_too_large_is_refused_before_its_buckets_are_built(
     with pytest.raises(ValueError, match=f"{hours} buckets exceed max_partitions"):
         window_spec.range_window(plan)
     assert not built
+
+
+@pytest.mark.parametrize("window", [
+    {"window_column__hour_column": "hr"},
+    {"window_column__slice": "5h", "window_column__bucket": "day"},
+    {"affected_window__partitions": ["2026-03-10"]},
+    {"affected_window__end_utc": None},
+], ids=["hour-column-on-timestamp", "slice-not-whole-buckets", "partitions-listed", "no-end"])
+def test_explain_prints_a_window_column_plan_with_a_static_window_problem(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_session: None,
+        window: dict[str, Any]) -> None:
+    path = _window_plan(tmp_path, **window)
+    before = _tree(tmp_path)
+    assert main(["run", "--explain", "--plan", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert " 1. guard " in out and "Traceback" not in err
+    assert any(ln.startswith("not runnable yet:") and ("window" in ln or "partitions" in ln)
+               for ln in out.splitlines())
+    assert _tree(tmp_path) == before
