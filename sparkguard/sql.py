@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from urllib.parse import urlsplit
 
 __all__ = [
     "CHANGE_OP",
@@ -98,6 +99,10 @@ class TableRef:
                     f"path {dataset!r} contains a quote, backquote, backslash, semicolon or "
                     "control character"
                 )
+            try:
+                urlsplit(dataset)
+            except ValueError as exc:
+                raise UnsafeSQLError(f"path {dataset!r} is not a valid URI ({exc})") from None
             return TableRef(path=dataset)
         quote_identifier(dataset)
         return TableRef(name=dataset)

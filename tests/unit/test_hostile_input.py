@@ -200,3 +200,25 @@ def test_explain_prints_a_window_column_plan_with_a_static_window_problem(
     assert any(ln.startswith("not runnable yet:") and ("window" in ln or "partitions" in ln)
                for ln in out.splitlines())
     assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("source_of_truth.dataset", "s3://[bucket/src"),
+    ("targets[0].dataset", "abfss://c@[acct/t"),
+])
+@pytest.mark.parametrize("cmd", [["guard"], ["run", "--plan"]])
+def test_a_dataset_uri_urlsplit_rejects_is_a_named_field_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_session: None, field: str,
+        value: str, cmd: list[str]) -> None:
+    data = valid_plan()
+    bp = data["backfill_plan"]
+    if field.startswith("targets"):
+        bp["targets"][0]["dataset"] = value
+    else:
+        bp["source_of_truth"]["dataset"] = value
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_yaml(data), encoding="utf-8")
+    assert main([*cmd, str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"backfill_plan.{field}: " in err and "is not a valid URI" in err
+    assert "Traceback" not in err
