@@ -5,12 +5,14 @@ No test here starts Spark."""
 from __future__ import annotations
 
 import datetime as dt
+import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from sparkguard import rollback as rollback_mod
 from sparkguard.cli import main
 from sparkguard.commands import common as cli_common
 from sparkguard.errors import EXIT_USAGE
@@ -222,3 +224,57 @@ def test_a_dataset_uri_urlsplit_rejects_is_a_named_field_error(
     err = capsys.readouterr().err
     assert f"backfill_plan.{field}: " in err and "is not a valid URI" in err
     assert "Traceback" not in err
+
+
+def _evidence(tmp_path: Path, sg: Any, **top: Any) -> Path:
+    path = tmp_path / "ev.yaml"
+    path.write_text(yaml.safe_dump({"release_gate_evidence": {}, "sparkguard": sg, **top}),
+                    encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("cmd", [["rollback", "--evidence"], ["report", "--evidence"],
+                                 ["verify", "--evidence"]])
+@pytest.mark.parametrize("make", [
+    lambda d: d,  # a directory
+    lambda d: (d / "latin1.yaml").write_bytes(b"sparkguard: caf\xe9\n") and d / "latin1.yaml",
+    lambda d: _evidence(d, {}),
+    lambda d: _evidence(d, None),
+    lambda d: _evidence(d, {"run_id": "r1", "targets": [{"rollback_point": None}]}),
+    lambda d: _evidence(d, {"run_id": "r1", "targets": "none"}),
+], ids=["directory", "not-utf8", "empty", "null", "rollback-point-null", "targets-not-list"])
+def test_malformed_evidence_is_refused_by_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_session: None, cmd: list[str],
+        make: Any) -> None:
+    path = make(tmp_path)
+    assert main([*cmd, str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert str(path) in err and "Traceback" not in err
+    assert any(w in err for w in ("cannot be read", "sparkguard.run_id", "sparkguard.targets"))
+
+
+def test_report_names_the_key_an_evidence_file_lacks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_session: None) -> None:
+    path = _evidence(tmp_path, {"run_id": "r1"})
+    assert main(["report", "--evidence", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "the key 'plan' is missing" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("recorded", ["audit", "command"])
+def test_rollback_takes_the_home_the_evidence_records_even_with_a_space(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recorded: str) -> None:
+    home = "/data/my lake/_sparkguard"
+    seen: dict[str, Any] = {}
+
+    def rollback_run(spark: object, h: str, run_id: str, force: bool = False) -> list[Any]:
+        seen.update(home=h, run_id=run_id)
+        return []
+    monkeypatch.setattr(rollback_mod, "rollback_run", rollback_run)
+    monkeypatch.setattr(cli_common, "session", lambda *a, **k: object())
+    cmd = f"spark-submit jobs/rollback.py --run-id r1 --home {shlex.quote(home)}"
+    sg = {"run_id": "r1", "targets": [{"rollback_point": {"rollback_command": cmd}}]}
+    path = _evidence(tmp_path, sg, **({"audit": {"ledger_home": home}}
+                                      if recorded == "audit" else {}))
+    assert main(["rollback", "--evidence", str(path)]) == 0
+    assert seen == {"home": home, "run_id": "r1"}
