@@ -26,7 +26,12 @@ from pydantic import ValidationError
 
 from sparkguard.errors import PlanError, PlanProblem
 from sparkguard.plan.fingerprint import canonical_content, fingerprint
-from sparkguard.plan.loader import approvals_path, problems_from_validation, read_sidecar
+from sparkguard.plan.loader import (
+    MAX_PLAN_BYTES,
+    approvals_path,
+    problems_from_validation,
+    read_sidecar,
+)
 from sparkguard.plan.model import ApprovalRecord, BackfillPlan
 
 __all__ = ["append_approval", "approval_issues", "approval_problems", "approved_content",
@@ -34,6 +39,7 @@ __all__ = ["append_approval", "approval_issues", "approval_problems", "approved_
 
 _P = "backfill_plan.approvals"
 _MAX_CHANGES = 8
+_MAX_CONTENT = 4 * MAX_PLAN_BYTES  # a plan's canonical content is never larger
 
 
 def _same_person(a: str | None, b: str | None) -> bool:
@@ -53,12 +59,19 @@ def approved_content(record: ApprovalRecord) -> dict[str, Any] | None:
     if not record.content:
         return None
     try:
-        text = zlib.decompress(base64.b64decode(record.content, validate=True)).decode("ascii")
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(base64.b64decode(record.content, validate=True), _MAX_CONTENT)
+        if inflate.unconsumed_tail:
+            return None  # larger than any plan's content
+        text = raw.decode("ascii")
     except (binascii.Error, zlib.error, UnicodeDecodeError):
         return None
     if hashlib.sha256(text.encode("ascii")).hexdigest() != record.fingerprint:
         return None
-    data = json.loads(text)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
     return data if isinstance(data, dict) else None
 
 

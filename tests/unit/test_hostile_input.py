@@ -4,8 +4,12 @@ No test here starts Spark."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 import shlex
+import tracemalloc
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,9 @@ from sparkguard.commands import common as cli_common
 from sparkguard.errors import EXIT_USAGE
 from sparkguard.layouts import LAYOUTS, layout_plan
 from sparkguard.plan import load_plan, window_spec
+from sparkguard.plan.approvals import approved_content
+from sparkguard.plan.loader import approvals_path
+from sparkguard.plan.model import ApprovalRecord
 from sparkguard.sql import query_only, query_problem
 from tests.plan_fixtures import plan_yaml, valid_plan
 
@@ -278,3 +285,46 @@ def test_rollback_takes_the_home_the_evidence_records_even_with_a_space(
                                       if recorded == "audit" else {}))
     assert main(["rollback", "--evidence", str(path)]) == 0
     assert seen == {"home": home, "run_id": "r1"}
+
+
+def _sidecar(tmp_path: Path, *records: dict[str, Any]) -> Path:
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_yaml(valid_plan()), encoding="utf-8")
+    approvals_path(path).write_text(yaml.safe_dump({"approvals": list(records)}),
+                                    encoding="utf-8")
+    return path
+
+
+def _record(at: str, content: bytes | None = None, **extra: Any) -> dict[str, Any]:
+    rec = {"role": "data-platform-owner", "by": "a@example.com", "at": at,
+           "fingerprint": "0" * 64, **extra}
+    if content is not None:
+        rec["content"] = base64.b64encode(zlib.compress(content, 9)).decode("ascii")
+        rec["fingerprint"] = hashlib.sha256(content).hexdigest()
+    return rec
+
+
+@pytest.mark.parametrize("records", [
+    [_record("2026-05-01T10:00:00"), _record("2026-05-02T10:00:00+02:00")],
+    [_record("2026-05-01T10:00:00Z", b"not json")],
+], ids=["naive-and-aware-at", "content-not-json"])
+def test_stale_approval_records_that_used_to_crash_are_reported(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], records: list[dict[str, Any]]
+        ) -> None:
+    path = _sidecar(tmp_path, *records)
+    assert main(["guard", "--static-only", str(path)]) == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert "approval_stale" in out and "role 'data-platform-owner' approved an earlier" in out
+    assert "Traceback" not in err
+
+
+def test_recorded_content_is_not_inflated_past_a_plans_size() -> None:
+    bomb = b"{" + b" " * 64_000_000 + b"}"
+    record = ApprovalRecord.model_validate(_record("2026-05-01T10:00:00Z", bomb))
+    tracemalloc.start()
+    try:
+        assert approved_content(record) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16_000_000
