@@ -64,13 +64,16 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     """``sparkguard rollback``: restore a run's targets to their recorded versions."""
     from sparkguard.rollback import rollback_run
 
-    run_id, home = args.run_id, args.home
+    run_id = args.run_id
+    home = common.checked_home(args.home, "--home") if args.home else None
     if args.evidence:
         from sparkguard.evidence import evidence_home, load_evidence
 
         data = load_evidence(args.evidence)
         run_id = run_id or data["sparkguard"]["run_id"]
-        home = home or evidence_home(data)
+        recorded = evidence_home(data)
+        if not home and recorded:
+            home = common.checked_home(recorded, f"the home {args.evidence} records")
     if not run_id:
         print("sparkguard rollback: give --run-id or --evidence", file=sys.stderr)
         return EXIT_USAGE

@@ -95,7 +95,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """``sparkguard verify``: check a run's records were not edited afterwards."""
     from sparkguard.verify import verify
 
-    home = args.home or (None if args.evidence else common.home(args))
+    home = common.home(args) if args.home or not args.evidence else None
     report = verify(home=home, run_id=args.run_id, evidence=args.evidence, all_runs=args.all,
                     spark=common.session)
     for line in report.lines():

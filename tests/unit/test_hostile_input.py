@@ -4,9 +4,11 @@ No test here starts Spark."""
 
 from __future__ import annotations
 
+import argparse
 import base64
 import datetime as dt
 import hashlib
+import re
 import shlex
 import tracemalloc
 import zlib
@@ -328,3 +330,37 @@ def test_recorded_content_is_not_inflated_past_a_plans_size() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 16_000_000
+
+
+@pytest.mark.parametrize("cmd", [["status"], ["publish", "status"], ["verify", "--all"],
+                                 ["rollback", "--run-id", "r1"]])
+def test_a_home_sql_cannot_hold_is_refused_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_session: None,
+        cmd: list[str]) -> None:
+    bad = str(tmp_path / "team`x")
+    assert main([*cmd, "--home", bad]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--home: the home" in err and "backquote" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("env", "plan_dir", "source"), [
+    ({"SPARKGUARD_HOME": "/data/team`x"}, None, "$SPARKGUARD_HOME"),
+    ({}, "team`x", "the default home"),
+])
+def test_every_source_of_the_home_is_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+        plan_dir: str | None, source: str) -> None:
+    monkeypatch.delenv("SPARKGUARD_HOME", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    plan = str(tmp_path / plan_dir / "plan.yaml") if plan_dir else None
+    with pytest.raises(cli_common.HomeError, match=re.escape(source)):
+        cli_common.home(argparse.Namespace(home=None, plan=plan))
+
+
+def test_a_relative_home_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli_common.home(argparse.Namespace(home="relhome/", plan=None)) == \
+        str(tmp_path / "relhome")
