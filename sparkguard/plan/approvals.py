@@ -208,4 +208,7 @@ def append_approval(plan_path: str | Path, record: ApprovalRecord) -> None:
         fd, tmp = tempfile.mkstemp(dir=side.parent, prefix=".approvals.")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             yaml.safe_dump({"approvals": existing}, fh, sort_keys=False, width=120)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plain new file: readable by a run under another user
         os.replace(tmp, side)

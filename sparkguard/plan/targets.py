@@ -14,6 +14,7 @@ from sparkguard.sql import check_expression, query_problem
 __all__ = ["Check", "ColumnContract", "Contract", "MergeSpec", "TargetItem", "TargetSpec",
            "TargetValidation", "Transform", "Validation"]
 
+_LABEL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # as fields.Label
 _CALLABLE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*")
 _TARGET_TAGS = ("dataset-name", "target-spec")  # union tags; the loader hides them from paths
 
@@ -123,6 +124,14 @@ class TargetSpec(_Frozen):
         if len(set(v)) != len(v):
             raise PlanValueError("business_keys lists a column twice", "list each column once")
         return v
+
+    @model_validator(mode="after")
+    def _v_label(self) -> TargetSpec:
+        if self.name is None and not _LABEL_RE.fullmatch(self.label):
+            raise PlanValueError(
+                f"the target's label derived from dataset ({self.label!r}) is not a plain name",
+                "give the target a name: (letters, digits and '_', not starting with a digit)")
+        return self
 
     @property
     def label(self) -> str:

@@ -8,8 +8,10 @@ import argparse
 import base64
 import datetime as dt
 import hashlib
+import os
 import re
 import shlex
+import stat
 import tracemalloc
 import zlib
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 import yaml
 
 from sparkguard import rollback as rollback_mod
+from sparkguard.approve import record_approval
 from sparkguard.cli import main
 from sparkguard.commands import common as cli_common
 from sparkguard.errors import EXIT_USAGE
@@ -364,3 +367,29 @@ def test_a_relative_home_is_made_absolute(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.chdir(tmp_path)
     assert cli_common.home(argparse.Namespace(home="relhome/", plan=None)) == \
         str(tmp_path / "relhome")
+
+
+@pytest.mark.parametrize("dataset", ["/", "/lake/2026"])
+def test_a_target_whose_derived_label_is_not_a_plain_name_needs_a_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_session: None,
+        dataset: str) -> None:
+    data = valid_plan()
+    data["backfill_plan"]["targets"][0]["dataset"] = dataset
+    data["backfill_plan"]["targets"][0].pop("name", None)
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_yaml(data), encoding="utf-8")
+    assert main(["guard", "--static-only", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "backfill_plan.targets[0]: the target's label derived from dataset" in err
+    assert "give the target a name:" in err
+
+
+def test_the_approvals_sidecar_is_readable_as_a_plain_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_yaml(valid_plan()), encoding="utf-8")
+    old = os.umask(0o022)
+    try:
+        record_approval(path, "data-platform-owner", "alice@example.com")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(approvals_path(path).stat().st_mode) == 0o644
