@@ -61,7 +61,9 @@ class Transform(_Frozen):
     def _exactly_one(self) -> Transform:
         if (self.sql is None) == (self.callable is None):
             raise PlanValueError("give exactly one of transform.sql or transform.callable",
-                                 "keep sql (a SELECT) or callable (module:function), not both")
+                                 "keep sql (a SELECT) or callable (module:function), not both"
+                                 if self.sql is not None else
+                                 "add sql (a SELECT) or callable (module:function)")
         return self
 
 

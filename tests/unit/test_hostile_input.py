@@ -393,3 +393,25 @@ def test_the_approvals_sidecar_is_readable_as_a_plain_new_file(tmp_path: Path) -
     finally:
         os.umask(old)
     assert stat.S_IMODE(approvals_path(path).stat().st_mode) == 0o644
+
+
+def test_a_constrained_number_is_reported_at_its_yaml_path(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = valid_plan()
+    data["backfill_plan"]["execution"]["slice_partitions"] = 0
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_yaml(data), encoding="utf-8")
+    assert main(["guard", "--static-only", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "backfill_plan.execution.slice_partitions: " in err and "slice_partitions.constrained" not in err
+
+
+def test_a_transform_with_neither_sql_nor_callable_is_told_to_add_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = valid_plan()
+    data["backfill_plan"]["targets"][0]["transform"] = {}
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_yaml(data), encoding="utf-8")
+    assert main(["guard", "--static-only", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "add sql (a SELECT) or callable" in err and "not both" not in err
