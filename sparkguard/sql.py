@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -23,6 +24,7 @@ __all__ = [
     "check_expression",
     "describe_detail_statement",
     "describe_history_statement",
+    "has_control",
     "merge_changes_statement",
     "merge_condition",
     "merge_statement",
@@ -37,6 +39,7 @@ __all__ = [
 ]
 
 IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 _PATH_FORBIDDEN = re.compile(r"[`'\"\\;\x00-\x1f\x7f]")
 _EXPR_FORBIDDEN = re.compile(r";|--|/\*|\*/|`")
 _EXPR_SUBQUERY = re.compile(r"(?i)\bselect\b")
@@ -50,6 +53,12 @@ _DML = {"INSERT", "DELETE", "UPDATE", "MERGE"}
 # any other value is rendered from its UTF-8 bytes, which no parser setting can misread.
 _PLAIN_STRING = re.compile(r"^[A-Za-z0-9 _.:/=+@,-]*$")
 _INT64 = (-(2**63), 2**63 - 1)
+
+
+def has_control(text: str, allow: str = "") -> bool:
+    """True when ``text`` has a control, format (bidi override, zero-width) or line/paragraph
+    separator character not in ``allow``: they make printed text lie about what it holds."""
+    return any(unicodedata.category(c) in _CONTROL_CATEGORIES and c not in allow for c in text)
 
 
 class UnsafeSQLError(ValueError):
@@ -94,7 +103,7 @@ class TableRef:
         if not isinstance(dataset, str) or not dataset.strip():
             raise UnsafeSQLError("empty dataset name")
         if dataset.startswith(("/", "./", "../")) or "://" in dataset or dataset.startswith("dbfs:"):
-            if _PATH_FORBIDDEN.search(dataset):
+            if _PATH_FORBIDDEN.search(dataset) or has_control(dataset):
                 raise UnsafeSQLError(
                     f"path {dataset!r} contains a quote, backquote, backslash, semicolon or "
                     "control character"

@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from sparkguard.sql import TableRef, quote_identifier
+from sparkguard.sql import TableRef, has_control, quote_identifier
 
 __all__ = [
     "ADDED_LATER",
@@ -59,8 +59,9 @@ class PlanValueError(ValueError):
 
 
 def _plain_text(value: str) -> str:
-    if any((ord(c) < 32 and c not in "\n\t") or ord(c) == 127 for c in value):
-        raise PlanValueError("contains a control character", "write plain text")
+    if has_control(value, allow="\n\t"):
+        raise PlanValueError("contains a control character (or an invisible format or "
+                             "separator character such as U+202E)", "write plain text")
     return value
 
 
@@ -101,7 +102,7 @@ def _role(value: str) -> str:
 
 def _person(value: str) -> str:
     value = value.strip()
-    if not value or len(value) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if not value or len(value) > 200 or has_control(value):
         raise PlanValueError("is empty, longer than 200 characters or has control characters",
                              "give a plain name or e-mail address")
     return value

@@ -415,3 +415,31 @@ def test_a_transform_with_neither_sql_nor_callable_is_told_to_add_one(
     assert main(["guard", "--static-only", str(path)]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "add sql (a SELECT) or callable" in err and "not both" not in err
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\u0085", "\u2028", "\u200b"])
+@pytest.mark.parametrize("field", ["owner", "reason", "dataset"])
+def test_invisible_and_separator_characters_are_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], char: str, field: str) -> None:
+    data = valid_plan()
+    bp = data["backfill_plan"]
+    if field == "dataset":
+        bp["targets"][0]["dataset"] += char + "x"
+        path_shown = "backfill_plan.targets[0].dataset"
+    else:
+        bp[field] = f"a{char}b@example.com"
+        path_shown = f"backfill_plan.{field}"
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_yaml(data), encoding="utf-8")
+    assert main(["guard", "--static-only", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert any(path_shown in ln and "control character" in ln for ln in err.splitlines())
+
+
+def test_approve_by_refuses_a_bidi_override(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_yaml(valid_plan()), encoding="utf-8")
+    assert main(["approve", str(path), "--role", "data-platform-owner",
+                 "--by", "alice\u202e@example.com"]) == EXIT_USAGE
+    assert "--by" in capsys.readouterr().err and not approvals_path(path).exists()
