@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 a gate or verification failed (target unchanged or rest
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import traceback
 from collections.abc import Sequence
@@ -23,6 +24,18 @@ from sparkguard.errors import (
 )
 
 __all__ = ["build_parser", "main"]
+
+
+def _positive_seconds(text: str) -> float:
+    """A finite number of seconds above zero (argparse names the flag when it refuses)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds above 0, such as 21600 (got {text!r})")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after full-window reconciliation; record the dry run")
     p.add_argument("--explain", action="store_true", help="print the stages and exit")
     p.add_argument("--takeover-stale-lock", action="store_true")
-    p.add_argument("--stale-lock-timeout", type=float, default=6 * 3600, metavar="SECONDS")
+    p.add_argument("--stale-lock-timeout", type=_positive_seconds, default=6 * 3600,
+                   metavar="SECONDS")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("rollback", help="restore the targets of a run to their recorded version")

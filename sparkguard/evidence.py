@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shlex
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from sparkguard.plan.model import BackfillPlan
     from sparkguard.run.report import RunReport
 
-__all__ = ["EvidenceError", "build_evidence", "load_evidence", "render_markdown", "write_evidence"]
+__all__ = ["EvidenceError", "build_evidence", "evidence_home", "load_evidence", "render_markdown",
+           "write_evidence"]
 
 _ENTRY_POINT = "jobs/backfill.py"
 
@@ -76,7 +78,8 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
                 "version_before_promotion": rb,
                 "restore_statement": restore_statement(st.ref, rb) if rb is not None else None,
                 "rollback_command": (f"spark-submit jobs/rollback.py --run-id {run.run_id} "
-                                     f"--home {run.home}") if st.promoted_version is not None
+                                     f"--home {shlex.quote(str(run.home))}")
+                if st.promoted_version is not None
                 else None,
             },
             "promoted_version": st.promoted_version,
@@ -237,13 +240,42 @@ def load_evidence(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise EvidenceError(f"{path}: no such evidence file; give the <run id>.yaml the run wrote "
                             "(its path is printed at the end of the run)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvidenceError(f"{path}: cannot be read as an evidence file ({exc}); give the "
+                            "<run id>.yaml the run wrote") from None
     except yaml.YAMLError as exc:
         raise EvidenceError(f"{path}: not YAML ({exc})") from None
     if not isinstance(data, dict) or "sparkguard" not in data or \
             "release_gate_evidence" not in data:
         raise EvidenceError(f"{path}: not a sparkguard evidence file (no 'sparkguard' and "
                             "'release_gate_evidence' sections)")
+    sg = data["sparkguard"]
+    if not isinstance(sg, dict) or not isinstance(sg.get("run_id"), str) or not sg["run_id"]:
+        raise EvidenceError(f"{path}: sparkguard.run_id is missing or not a string: not an "
+                            "evidence file sparkguard wrote")
+    if not isinstance(sg.get("targets", []), list) or not all(
+            isinstance(t, dict) and isinstance(t.get("rollback_point", {}), dict)
+            for t in sg.get("targets", [])):
+        raise EvidenceError(f"{path}: sparkguard.targets is not a list of targets with a "
+                            "rollback_point mapping: not an evidence file sparkguard wrote")
     return data
+
+
+def evidence_home(data: dict[str, Any]) -> str | None:
+    """The ledger home a loaded evidence file records (``audit.ledger_home``, else the
+    ``--home`` of its rollback command), or None."""
+    audit = data.get("audit")
+    if isinstance(audit, dict) and isinstance(audit.get("ledger_home"), str):
+        return str(audit["ledger_home"])
+    for t in data["sparkguard"].get("targets", []):
+        cmd = (t.get("rollback_point") or {}).get("rollback_command")
+        try:
+            words = shlex.split(cmd) if isinstance(cmd, str) else []
+        except ValueError:
+            continue
+        if "--home" in words[:-1]:
+            return words[words.index("--home") + 1]
+    return None
 
 
 def _range_of(plan: BackfillPlan) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import re
 import uuid
 from typing import Any
 
+from pyspark.errors import ParseException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -22,7 +23,7 @@ from sparkguard.guard import Finding, Severity, window_partitions
 from sparkguard.guard_window import rewrites_most, window_column_problem
 from sparkguard.plan.model import BackfillPlan, Check, CheckType, TargetSpec, Transform
 from sparkguard.plan.window_spec import range_window
-from sparkguard.sql import PartitionType, TableRef, window_predicate
+from sparkguard.sql import PartitionType, TableRef, query_only, window_predicate
 
 __all__ = ["LIVE_RULES", "live_check", "live_findings", "retention_days"]
 
@@ -250,8 +251,13 @@ class _Live:
         # a {fill:COLUMN} hole left by plan init is a static finding; analyse the rest
         sql = re.sub(r"\{fill:[^{}]*\}", "NULL", tr.sql)
         try:
-            _analyse(self.spark.sql(sql.replace("{source}", f"`{view}`")
-                                    .replace("{window}", self.pred)))
+            _analyse(self.spark.sql(query_only(sql.replace("{source}", f"`{view}`")
+                                               .replace("{window}", self.pred))))
+        except ParseException as exc:
+            self.add("transform_invalid", f"{path}.sql",
+                     f"it does not parse as one query (a command such as DELETE, INSERT or "
+                     f"MERGE is never run): {_first_line(exc)}",
+                     "write one SELECT (or WITH ... SELECT) reading {source}")
         except Exception as exc:
             self.add("transform_invalid", f"{path}.sql",
                      f"the query does not analyse against the source: {_first_line(exc)}",

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from sparkguard.guard_findings import Collector
 from sparkguard.plan.model import BackfillPlan
-from sparkguard.plan.window import window_partitions
-from sparkguard.plan.window_spec import window_problems
+from sparkguard.plan.window_spec import bucket_count, window_problems
 from sparkguard.sql import PartitionType, UnsafeSQLError
 
 __all__ = ["window_rules"]
@@ -96,7 +95,8 @@ def _range_window(plan: BackfillPlan, c: Collector) -> None:
         c.add("window_not_exact", path, msg, fix)
     if problems or w.start_utc is None or w.end_utc is None or w.end_utc <= w.start_utc:
         return
-    count = len(window_partitions(plan))
+    assert plan.window_column is not None
+    count = bucket_count(plan.window_column, w.start_utc, w.end_utc)  # none built yet
     if count > w.max_partitions:
         c.add("window_too_large", "affected_window",
               f"{count} buckets exceed the plan's max_partitions {w.max_partitions}",

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from urllib.parse import urlsplit
 
 __all__ = [
     "CHANGE_OP",
@@ -22,10 +24,13 @@ __all__ = [
     "check_expression",
     "describe_detail_statement",
     "describe_history_statement",
+    "has_control",
     "merge_changes_statement",
     "merge_condition",
     "merge_statement",
     "parse_partition_value",
+    "query_only",
+    "query_problem",
     "quote_column",
     "quote_identifier",
     "render_literal",
@@ -34,13 +39,26 @@ __all__ = [
 ]
 
 IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 _PATH_FORBIDDEN = re.compile(r"[`'\"\\;\x00-\x1f\x7f]")
 _EXPR_FORBIDDEN = re.compile(r";|--|/\*|\*/|`")
 _EXPR_SUBQUERY = re.compile(r"(?i)\bselect\b")
+# Tokens of a SQL text: quoted strings and identifiers, comments, words, one other character.
+_SQL_TOKEN = re.compile(r"""'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|`(?:[^`]|``)*`?|--[^\n]*"""
+                        r"|/\*.*?(?:\*/|\Z)|[A-Za-z_][A-Za-z0-9_]*|\S", re.S)
+_QUERY_START = {"SELECT", "FROM", "VALUES", "TABLE", "("}
+_QUERY_HEADS = [["SELECT"], ["WITH"], ["FROM"], ["VALUES"], ["TABLE"], ["("]]
+_DML = {"INSERT", "DELETE", "UPDATE", "MERGE"}
 # String partition values made only of these characters are rendered as plain '...' literals;
 # any other value is rendered from its UTF-8 bytes, which no parser setting can misread.
 _PLAIN_STRING = re.compile(r"^[A-Za-z0-9 _.:/=+@,-]*$")
 _INT64 = (-(2**63), 2**63 - 1)
+
+
+def has_control(text: str, allow: str = "") -> bool:
+    """True when ``text`` has a control, format (bidi override, zero-width) or line/paragraph
+    separator character not in ``allow``: they make printed text lie about what it holds."""
+    return any(unicodedata.category(c) in _CONTROL_CATEGORIES and c not in allow for c in text)
 
 
 class UnsafeSQLError(ValueError):
@@ -85,11 +103,15 @@ class TableRef:
         if not isinstance(dataset, str) or not dataset.strip():
             raise UnsafeSQLError("empty dataset name")
         if dataset.startswith(("/", "./", "../")) or "://" in dataset or dataset.startswith("dbfs:"):
-            if _PATH_FORBIDDEN.search(dataset):
+            if _PATH_FORBIDDEN.search(dataset) or has_control(dataset):
                 raise UnsafeSQLError(
                     f"path {dataset!r} contains a quote, backquote, backslash, semicolon or "
                     "control character"
                 )
+            try:
+                urlsplit(dataset)
+            except ValueError as exc:
+                raise UnsafeSQLError(f"path {dataset!r} is not a valid URI ({exc})") from None
             return TableRef(path=dataset)
         quote_identifier(dataset)
         return TableRef(name=dataset)
@@ -289,3 +311,57 @@ def check_expression(expr: str) -> str:
             "write one expression over the columns of the row"
         )
     return expr.strip()
+
+
+def query_only(sql: str) -> str:
+    """``sql`` as a subquery: Spark then parses one query and refuses a command (``WITH ...
+    DELETE``, ``INSERT``, ``MERGE``) instead of running it eagerly. Substitute placeholders
+    first; the newlines keep a trailing ``--`` comment off the closing parenthesis."""
+    return "SELECT * FROM (\n" + sql + "\n) AS `__sg_query`"
+
+
+def query_problem(sql: str) -> str | None:
+    """Why ``sql`` is not one query (a ``;``, or a command such as ``WITH ... DELETE``), or None.
+
+    Looks at the text outside quotes and comments; Spark's parser, through :func:`query_only`,
+    is the real guard.
+    """
+    toks = [t for t in _SQL_TOKEN.findall(sql) if not t.startswith(("--", "/*"))]
+    if ";" in toks:
+        return "it contains ';' outside quotes, and only one query may run"
+    words = [t.upper() for t in toks]
+    i = 0
+    if words[:1] == ["WITH"]:
+        i = 1 + (words[1:2] == ["RECURSIVE"])
+        while i < len(words):  # name [(columns)] [AS] (query) [, ...]
+            i += 1  # the name
+            if words[i:i + 1] == ["("] and words[i + 1:i + 2] not in _QUERY_HEADS:
+                i = _after_parens(words, i)  # column aliases
+            i += words[i:i + 1] == ["AS"]
+            if words[i:i + 1] != ["("]:
+                break
+            i = _after_parens(words, i)
+            if words[i:i + 1] != [","]:
+                break
+            i += 1
+    head = words[i] if i < len(words) else ""
+    if head not in _QUERY_START:
+        if head in _DML:
+            return f"it is a command ({head}), not a query"
+        return f"{head or 'nothing'} stands where the query should start"
+    depth = 0
+    for j, w in enumerate(words):
+        depth += (w == "(") - (w == ")")
+        if depth == 0 and w == "INSERT" and words[j + 1:j + 2] in (["INTO"], ["OVERWRITE"]):
+            return "it is a command (INSERT), not a query"
+    return None
+
+
+def _after_parens(words: list[str], i: int) -> int:
+    """The index after the parenthesis that closes the one at ``i``."""
+    depth = 0
+    for j in range(i, len(words)):
+        depth += (words[j] == "(") - (words[j] == ")")
+        if depth == 0:
+            return j + 1
+    return len(words)

@@ -14,12 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from sparkguard.errors import EXIT_USAGE, SparkguardError
+from sparkguard.sql import TableRef, UnsafeSQLError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from sparkguard.state_read import StateReader
 
-__all__ = ["HOME_CONF", "evidence_dir", "home", "read", "session", "spark_if_configured"]
+__all__ = ["HOME_CONF", "HomeError", "checked_home", "evidence_dir", "home", "read", "session",
+           "spark_if_configured"]
 
 T = TypeVar("T")
 
@@ -40,18 +44,40 @@ HOME_CONF = "spark.sparkguard.home"
 def home(args: argparse.Namespace, spark: SparkSession | None = None) -> str:
     """sparkguard's home (ledger, publish control, shadows): ``--home``, else the Spark conf
     ``spark.sparkguard.home`` (cluster or Databricks job conf), else ``$SPARKGUARD_HOME``,
-    else ``<plan dir>/_sparkguard`` (or ``./_sparkguard`` without a plan)."""
+    else ``<plan dir>/_sparkguard`` (or ``./_sparkguard`` without a plan); see
+    :func:`checked_home`."""
     if getattr(args, "home", None):
-        return str(args.home)
+        return checked_home(str(args.home), "--home")
     if spark is not None:
         conf = spark.conf.get(HOME_CONF, None)
         if conf:
-            return str(conf)
+            return checked_home(str(conf), f"the Spark conf {HOME_CONF}")
     if os.environ.get("SPARKGUARD_HOME"):
-        return os.environ["SPARKGUARD_HOME"]
+        return checked_home(os.environ["SPARKGUARD_HOME"], "$SPARKGUARD_HOME")
     plan = getattr(args, "plan", None)
     base = Path(plan).resolve().parent if plan else Path.cwd()
-    return str(base / "_sparkguard")
+    return checked_home(str(base / "_sparkguard"), "the default home (<plan dir>/_sparkguard)")
+
+
+class HomeError(SparkguardError):
+    """Raised when sparkguard's home cannot be used as a Delta path (exit 2, nothing written)."""
+
+    exit_code = EXIT_USAGE
+
+
+def checked_home(value: str, source: str) -> str:
+    """``value`` as a home every table under it can be named by: a URI, or a local path made
+    absolute; refuses what a Delta path in SQL cannot hold (quotes, backquotes, ``;``...)."""
+    text = value.rstrip("/") or "/"
+    if "://" not in text and not text.startswith("dbfs:"):
+        text = os.path.abspath(text)
+    try:
+        TableRef.parse(text)
+    except UnsafeSQLError as exc:
+        raise HomeError(f"{source}: the home {value!r} cannot be used: {exc}; give --home a "
+                        "path or URI without quotes, backquotes, backslashes, ';' or control "
+                        "characters") from None
+    return text
 
 
 def evidence_dir(args: argparse.Namespace) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"  {label}: promoted version {st.promoted_version}; rollback point "
                   f"{st.rollback_version}")
             print(f"  roll back with: spark-submit jobs/rollback.py --run-id {outcome.run_id} "
-                  f"--home {home}")
+                  f"--home {shlex.quote(str(home))}")
             print(f"     or in SQL:   {restore_statement(st.ref, st.rollback_version)}")
     if outcome.evidence_path:
         print(f"  evidence: {outcome.evidence_path}")
@@ -63,17 +64,16 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     """``sparkguard rollback``: restore a run's targets to their recorded versions."""
     from sparkguard.rollback import rollback_run
 
-    run_id, home = args.run_id, args.home
+    run_id = args.run_id
+    home = common.checked_home(args.home, "--home") if args.home else None
     if args.evidence:
-        from sparkguard.evidence import load_evidence
+        from sparkguard.evidence import evidence_home, load_evidence
 
-        ev = load_evidence(args.evidence)["sparkguard"]
-        run_id = run_id or ev["run_id"]
-        if not home:
-            cmd = next((t["rollback_point"]["rollback_command"] for t in ev["targets"]
-                        if t["rollback_point"].get("rollback_command")), "")
-            if "--home " in cmd:
-                home = cmd.split("--home ", 1)[1].split()[0]
+        data = load_evidence(args.evidence)
+        run_id = run_id or data["sparkguard"]["run_id"]
+        recorded = evidence_home(data)
+        if not home and recorded:
+            home = common.checked_home(recorded, f"the home {args.evidence} records")
     if not run_id:
         print("sparkguard rollback: give --run-id or --evidence", file=sys.stderr)
         return EXIT_USAGE

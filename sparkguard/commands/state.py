@@ -38,7 +38,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``sparkguard report``: a run's evidence as Markdown."""
-    from sparkguard.evidence import load_evidence, render_markdown
+    from sparkguard.evidence import EvidenceError, load_evidence, render_markdown
 
     path = args.evidence
     if not path and not args.run_id:
@@ -52,7 +52,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         _, events = common.read(args, lambda r: r.run_events(args.run_id))
         recorded = run_progress(events).evidence_path if events else None
         path = recorded or str(Path(common.evidence_dir(args)) / f"{args.run_id}.yaml")
-    print(render_markdown(load_evidence(path)))
+    try:
+        text = render_markdown(load_evidence(path))
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        what = f"the key {exc} is missing" if isinstance(exc, KeyError) else \
+            f"a field has the wrong shape ({type(exc).__name__}: {exc})"
+        raise EvidenceError(f"{path}: {what}: not a complete evidence file sparkguard wrote; "
+                            "give the <run id>.yaml the run wrote") from None
+    print(text)
     return EXIT_OK
 
 
@@ -88,7 +95,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """``sparkguard verify``: check a run's records were not edited afterwards."""
     from sparkguard.verify import verify
 
-    home = args.home or (None if args.evidence else common.home(args))
+    home = common.home(args) if args.home or not args.evidence else None
     report = verify(home=home, run_id=args.run_id, evidence=args.evidence, all_runs=args.all,
                     spark=common.session)
     for line in report.lines():

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from sparkguard.errors import PlanError, PlanProblem
+from sparkguard.plan.fields import PlanValueError, utc_moment
 from sparkguard.sql import TableRef, UnsafeSQLError
 
 __all__ = ["SOURCE", "check_new_file", "parse_bound", "read_sql_file", "refuse", "resolve_table",
@@ -49,9 +50,10 @@ def parse_bound(flag: str, value: str) -> dt.datetime:
     except ValueError:
         raise refuse(flag, "is not an ISO-8601 date or timestamp",
                      "write it like 2026-05-12 or 2026-05-12T00:00:00Z", value) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC)
+    try:
+        return utc_moment(moment)
+    except PlanValueError as exc:
+        raise refuse(flag, str(exc), exc.fix, value) from None
 
 
 def window_days(start: dt.datetime, end: dt.datetime) -> list[dt.date]:

@@ -26,7 +26,12 @@ from pydantic import ValidationError
 
 from sparkguard.errors import PlanError, PlanProblem
 from sparkguard.plan.fingerprint import canonical_content, fingerprint
-from sparkguard.plan.loader import approvals_path, problems_from_validation, read_sidecar
+from sparkguard.plan.loader import (
+    MAX_PLAN_BYTES,
+    approvals_path,
+    problems_from_validation,
+    read_sidecar,
+)
 from sparkguard.plan.model import ApprovalRecord, BackfillPlan
 
 __all__ = ["append_approval", "approval_issues", "approval_problems", "approved_content",
@@ -34,6 +39,7 @@ __all__ = ["append_approval", "approval_issues", "approval_problems", "approved_
 
 _P = "backfill_plan.approvals"
 _MAX_CHANGES = 8
+_MAX_CONTENT = 4 * MAX_PLAN_BYTES  # a plan's canonical content is never larger
 
 
 def _same_person(a: str | None, b: str | None) -> bool:
@@ -53,12 +59,19 @@ def approved_content(record: ApprovalRecord) -> dict[str, Any] | None:
     if not record.content:
         return None
     try:
-        text = zlib.decompress(base64.b64decode(record.content, validate=True)).decode("ascii")
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(base64.b64decode(record.content, validate=True), _MAX_CONTENT)
+        if inflate.unconsumed_tail:
+            return None  # larger than any plan's content
+        text = raw.decode("ascii")
     except (binascii.Error, zlib.error, UnicodeDecodeError):
         return None
     if hashlib.sha256(text.encode("ascii")).hexdigest() != record.fingerprint:
         return None
-    data = json.loads(text)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
     return data if isinstance(data, dict) else None
 
 
@@ -195,4 +208,7 @@ def append_approval(plan_path: str | Path, record: ApprovalRecord) -> None:
         fd, tmp = tempfile.mkstemp(dir=side.parent, prefix=".approvals.")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             yaml.safe_dump({"approvals": existing}, fh, sort_keys=False, width=120)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plain new file: readable by a run under another user
         os.replace(tmp, side)

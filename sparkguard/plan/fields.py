@@ -20,10 +20,11 @@ from pydantic import (
     model_validator,
 )
 
-from sparkguard.sql import TableRef, quote_identifier
+from sparkguard.sql import TableRef, has_control, quote_identifier
 
 __all__ = [
     "ADDED_LATER",
+    "BOUND_YEARS",
     "MAX_RANGE_DAYS",
     "Dataset",
     "Label",
@@ -36,6 +37,7 @@ __all__ = [
     "Text",
     "UtcBound",
     "split_partition",
+    "utc_moment",
 ]
 
 # A date window longer than this is never materialised partition by partition (the guard
@@ -43,6 +45,9 @@ __all__ = [
 MAX_RANGE_DAYS = 3660
 
 _ROLE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+
+
+BOUND_YEARS = (1900, 9998)  # window bounds, in UTC
 
 
 class PlanValueError(ValueError):
@@ -54,8 +59,9 @@ class PlanValueError(ValueError):
 
 
 def _plain_text(value: str) -> str:
-    if any((ord(c) < 32 and c not in "\n\t") or ord(c) == 127 for c in value):
-        raise PlanValueError("contains a control character", "write plain text")
+    if has_control(value, allow="\n\t"):
+        raise PlanValueError("contains a control character (or an invisible format or "
+                             "separator character such as U+202E)", "write plain text")
     return value
 
 
@@ -96,7 +102,7 @@ def _role(value: str) -> str:
 
 def _person(value: str) -> str:
     value = value.strip()
-    if not value or len(value) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if not value or len(value) > 200 or has_control(value):
         raise PlanValueError("is empty, longer than 200 characters or has control characters",
                              "give a plain name or e-mail address")
     return value
@@ -121,9 +127,23 @@ def _utc_bound(value: object) -> object:
     else:
         raise PlanValueError("is not a timestamp",
                              "write it like \"2026-05-01T00:00:00Z\" (quoted) or 2026-05-01")
+    return utc_moment(moment)
+
+
+def utc_moment(moment: dt.datetime) -> dt.datetime:
+    """``moment`` as aware UTC (naive means UTC); PlanValueError outside :data:`BOUND_YEARS`,
+    so window arithmetic (a day or an hour past the end) cannot overflow."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC)
+    try:
+        utc: dt.datetime | None = moment.astimezone(dt.UTC)
+    except OverflowError:
+        utc = None
+    lo, hi = BOUND_YEARS
+    if utc is None or not lo <= utc.year <= hi:
+        raise PlanValueError(f"is outside the years {lo} to {hi} (UTC)",
+                             f"give a bound from {lo}-01-01 to {hi}-12-31")
+    return utc
 
 
 def _partition_item(value: object) -> object:

@@ -90,7 +90,7 @@ _MESSAGES = {
 # Parts pydantic adds to an error location that are not YAML keys (union members, validators).
 _INTERNAL_PART = re.compile(
     r"^(dataset-name|target-spec|str|int|float|bool|date|datetime|TargetSpec|"
-    r"function-.*|.*\[.*)$")
+    r"function-.*|constrained-.*|.*\[.*)$")
 
 
 def yaml_path(loc: tuple[int | str, ...], keep_last: bool = False) -> str:

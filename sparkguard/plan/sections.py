@@ -23,6 +23,7 @@ from sparkguard.plan.fields import (
     UtcBound,
     _Frozen,
     _person,
+    utc_moment,
 )
 from sparkguard.sql import PartitionType
 
@@ -145,6 +146,12 @@ class ApprovalRecord(_Frozen):
         default=None, max_length=4_000_000, pattern=r"^[A-Za-z0-9+/=]*$",
         description="The approved canonical content (zlib, base64), so that a later edit can be "
                     "shown field by field; absent in approvals recorded before it existed.")
+
+    @field_validator("at")
+    @classmethod
+    def _v_at(cls, v: dt.datetime) -> dt.datetime:
+        """Aware UTC (naive means UTC), so records compare by time."""
+        return utc_moment(v)
 
 
 class Approvals(_Frozen):

@@ -9,11 +9,12 @@ from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from sparkguard.plan.enums import Aggregation, CheckType, NanRule, Promotion
 from sparkguard.plan.fields import ADDED_LATER, Dataset, Label, PlanValueError, SqlName, _Frozen
-from sparkguard.sql import check_expression
+from sparkguard.sql import check_expression, query_problem
 
 __all__ = ["Check", "ColumnContract", "Contract", "MergeSpec", "TargetItem", "TargetSpec",
            "TargetValidation", "Transform", "Validation"]
 
+_LABEL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # as fields.Label
 _CALLABLE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*")
 _TARGET_TAGS = ("dataset-name", "target-spec")  # union tags; the loader hides them from paths
 
@@ -39,12 +40,13 @@ class Transform(_Frozen):
         if v is None:
             return v
         body = v.strip().rstrip(";").strip()
-        if ";" in body:
-            raise PlanValueError("transform SQL must be one query, it contains ';'",
-                                 "remove the ';' inside it")
-        if not re.match(r"(?is)^\s*(select|with)\b", body):
-            raise PlanValueError("transform SQL must be a query",
-                                 "start it with SELECT or WITH")
+        problem = query_problem(body)
+        if problem is None and not re.match(r"(?is)^\s*(select|with)\b", body):
+            problem = "start it with SELECT or WITH"
+        if problem:
+            raise PlanValueError(f"transform SQL must be a query: {problem}",
+                                 "write one SELECT (or WITH ... SELECT) reading {source}; "
+                                 "sparkguard writes the result itself")
         return body
 
     @field_validator("callable")
@@ -59,7 +61,9 @@ class Transform(_Frozen):
     def _exactly_one(self) -> Transform:
         if (self.sql is None) == (self.callable is None):
             raise PlanValueError("give exactly one of transform.sql or transform.callable",
-                                 "keep sql (a SELECT) or callable (module:function), not both")
+                                 "keep sql (a SELECT) or callable (module:function), not both"
+                                 if self.sql is not None else
+                                 "add sql (a SELECT) or callable (module:function)")
         return self
 
 
@@ -122,6 +126,14 @@ class TargetSpec(_Frozen):
         if len(set(v)) != len(v):
             raise PlanValueError("business_keys lists a column twice", "list each column once")
         return v
+
+    @model_validator(mode="after")
+    def _v_label(self) -> TargetSpec:
+        if self.name is None and not _LABEL_RE.fullmatch(self.label):
+            raise PlanValueError(
+                f"the target's label derived from dataset ({self.label!r}) is not a plain name",
+                "give the target a name: (letters, digits and '_', not starting with a digit)")
+        return self
 
     @property
     def label(self) -> str:

@@ -21,7 +21,7 @@ from typing import Literal
 from sparkguard.plan.model import BackfillPlan, WindowColumn, WindowType
 from sparkguard.sql import UnsafeSQLError, quote_identifier
 
-__all__ = ["BUCKET_COLUMN", "Bucket", "RangeWindow", "bucket_grain", "range_window",
+__all__ = ["BUCKET_COLUMN", "Bucket", "RangeWindow", "bucket_count", "bucket_grain", "range_window",
            "slice_buckets", "window_problems"]
 
 BUCKET_COLUMN = "__sg_bucket"  # the column reconciliation groups by (added to each side)
@@ -46,6 +46,13 @@ def bucket_grain(wc: WindowColumn, start: dt.datetime, end: dt.datetime) -> Lite
     if wc.bucket is not None:
         return wc.bucket
     return "hour" if end - start <= dt.timedelta(hours=_AUTO_BUCKET_HOURS) else "day"
+
+
+def bucket_count(wc: WindowColumn, start: dt.datetime, end: dt.datetime) -> int:
+    """How many buckets ``[start, end)`` has, computed without building them."""
+    grain = bucket_grain(wc, start, end)
+    step = _DAY if grain == "day" else _HOUR
+    return max(0, -(-(end - _floor(start, grain)) // step))
 
 
 def _label(t: dt.datetime, grain: str) -> str:
@@ -182,7 +189,11 @@ def range_window(plan: BackfillPlan) -> RangeWindow | None:
     if problems:
         raise ValueError(f"{problems[0][0]}: {problems[0][1]}")
     start, end = plan.affected_window.start_utc, plan.affected_window.end_utc
-    assert start is not None and end is not None
+    if start is None or end is None:
+        raise ValueError("affected_window: start_utc and end_utc must both be set")
+    count, limit = bucket_count(wc, start, end), plan.affected_window.max_partitions
+    if count > limit:
+        raise ValueError(f"affected_window: {count} buckets exceed max_partitions {limit}")
     grain = bucket_grain(wc, start, end)
     step = _DAY if grain == "day" else _HOUR
     buckets = []

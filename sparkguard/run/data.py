@@ -19,6 +19,7 @@ from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target
 from sparkguard.reconcile.verdicts import ReconcileResult
 from sparkguard.run.context import RunContext, RunState, TargetState
 from sparkguard.run.labels import set_job_label
+from sparkguard.sql import query_only
 
 __all__ = ["TransformResultError", "bucketed", "fingerprints", "job", "print_gates", "reconcile_part",
            "reference_df", "shadow_df", "source_df", "target_df", "transform"]
@@ -103,7 +104,7 @@ def _compute(ctx: RunContext, state: RunState, tr: Transform, what: str,
             shadow_df(ctx, other, partitions).createOrReplaceTempView(oview)
             views.append(oview)
             sql = sql.replace(token, f"`{oview}`")
-    return ctx.spark.sql(sql), views
+    return ctx.spark.sql(query_only(sql)), views
 
 
 def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,

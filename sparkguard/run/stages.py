@@ -147,7 +147,10 @@ def wave_writers(plan: BackfillPlan) -> int:
     """Shadow commits written at once in a wave. A timestamp window's shadow is unpartitioned
     and takes one: Delta checks each concurrent ``replaceWhere``'s added files against the
     other's data predicate, which it cannot evaluate without partitions, so they conflict."""
-    rw = range_window(plan)
+    try:
+        rw = range_window(plan)
+    except ValueError:  # the static guard says why; --explain still lists the stages
+        return 1
     if rw is not None and not rw.partition_by:
         return 1
     return max(1, plan.execution.max_concurrent_slices)

@@ -6,17 +6,21 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 from delta.tables import DeltaTable
+from pyspark.errors import ParseException
 from pyspark.sql import functions as F
 
 from sparkguard.cli import main
 from sparkguard.guard import Severity, blocking, static_findings
 from sparkguard.guard_live import LIVE_RULES, live_findings, retention_days
 from sparkguard.plan import load_plan_text
+from sparkguard.plan.model import Transform
+from sparkguard.run import data as run_data
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -230,3 +234,54 @@ def test_live_checks_write_nothing(spark, base):
     live_findings(spark, _plan(base))
     assert DeltaTable.forPath(spark, target).history().count() == before
     assert not (base / "_sg").exists() and not (base / "_sparkguard").exists()
+
+
+def _delete_after_with(target: str) -> str:
+    return ("WITH s AS (SELECT * FROM {source} WHERE {window}) "
+            f"DELETE FROM delta.`{target}` AS t WHERE true")
+
+
+def _state(spark, table: str) -> tuple[int, int]:
+    return (DeltaTable.forPath(spark, table).history().count(),
+            spark.read.format("delta").load(table).count())
+
+
+def test_a_command_after_with_is_never_run_by_the_live_guard_or_the_run(spark, base_lake,
+                                                                        tmp_path):
+    """Review finding 1: even a plan the static validator missed cannot make Spark run a
+    command; the live guard and the run's transform both parse the SQL as a subquery."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    target = str(root / "target" / "orders_clean")
+    before = _state(spark, target)
+    plan = _plan(root)
+    spec = plan.target_specs()[0]
+    hostile = spec.model_copy(update={"transform": Transform.model_construct(
+        sql=_delete_after_with(target), callable=None)})  # bypasses the static validator
+    plan = plan.model_copy(update={"targets": [hostile, *plan.targets[1:]]})
+    found = [f for f in live_findings(spark, plan) if f.code == "transform_invalid"]
+    assert [f.path for f in found] == ["backfill_plan.targets[0].transform.sql"]
+    assert "never run" in found[0].message and found[0].severity is Severity.BLOCK
+    assert _state(spark, target) == before
+
+    ctx = SimpleNamespace(spark=spark, window=SimpleNamespace(pred=lambda parts: "true"))
+    state = SimpleNamespace(run_id="r1", targets={}, source_df=spark.read.format("delta").load(
+        str(root / "source" / "orders")))
+    with pytest.raises(ParseException):
+        run_data.transform(ctx, state, SimpleNamespace(spec=hostile), WINDOW, "t")  # type: ignore[arg-type]
+    spark.catalog.dropTempView("__sg_src_r1_t")
+    assert _state(spark, target) == before
+
+
+def test_cli_guard_and_run_refuse_a_command_after_with(spark, base_lake, tmp_path, capsys):
+    root = copy_lake(base_lake, tmp_path / "lake")
+    target = str(root / "target" / "orders_clean")
+    before = _state(spark, target)
+    plan = write_plan(root, mutate=lambda p: p["targets"][0]["transform"].update(
+        sql=_delete_after_with(target)), approve=False, name="dml.yaml")
+    for argv in (["guard", str(plan), "--pre-approval"], ["run", "--plan", str(plan)]):
+        assert main(argv) == 2
+        out = "".join(capsys.readouterr())
+        assert "backfill_plan.targets[0].transform.sql" in out
+        assert "is a command (DELETE), not a query" in out and "write one SELECT" in out
+    assert _state(spark, target) == before
+    assert not (root / "_sparkguard").exists()
