@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -10,17 +11,20 @@ from typing import Any
 from sparkguard.plan.model import Aggregation, NanRule
 from sparkguard.reconcile.spec import MetricSpec, ReconcileSpec, ThresholdSpec
 from sparkguard.reconcile.verdicts import (
+    EXACT,
     GateResult,
     PartitionStats,
     deviation,
     fold_partial,
     judge,
+    within,
 )
 
 __all__ = ["SIDES", "build_gates", "combine_metric", "metric_value"]
 
 SIDES = ("source", "shadow", "target")
 _EPOCH_DAY = dt.date(1970, 1, 1).toordinal()
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def metric_value(agg: Aggregation, parts: Mapping[str, Any]) -> Any:
@@ -54,17 +58,21 @@ def combine_metric(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _num(v: Any) -> float | int | Decimal | None:
-    """A metric value as a number: timestamps in epoch seconds, dates in days, so that min/max
-    of time columns compare (an absolute threshold is then in seconds or days)."""
+    """A metric value as a number: timestamps in epoch seconds (exact to the microsecond), dates
+    in days, so that min/max of time columns compare (an absolute threshold is then in seconds
+    or days). A naive datetime is a ``timestamp_ntz``, compared as wall-clock time."""
     if v is None:
         return None
     if isinstance(v, dt.datetime):
-        if v.tzinfo is not None:
-            return v.timestamp()
-        return (v - dt.datetime(1970, 1, 1)).total_seconds()
+        epoch = _EPOCH_UTC if v.tzinfo is not None else _EPOCH_UTC.replace(tzinfo=None)
+        return Decimal(_micros(v - epoch)).scaleb(-6)
     if isinstance(v, dt.date):
-        return float(v.toordinal() - _EPOCH_DAY)
+        return v.toordinal() - _EPOCH_DAY
     return v if isinstance(v, int | Decimal) else float(v)  # exact ones subtract exactly
+
+
+def _micros(d: dt.timedelta) -> int:
+    return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
 
 
 def _comparable(v: Any) -> bool:
@@ -75,14 +83,17 @@ def _comparable(v: Any) -> bool:
 
 def _compare_gate(name: str, check_type: str, expected: Any, measured: Any, thr: ThresholdSpec,
                   what: str, partition: str | None = None) -> GateResult:
-    if not (_comparable(expected) and _comparable(measured)):
-        same = expected == measured
-        absolute, percent = (0.0, 0.0) if same else (float("inf"), float("inf"))
-    else:
-        absolute, percent = deviation(_num(expected), _num(measured))
-    ok = judge(absolute, percent, thr.percent, thr.absolute)
+    if _comparable(expected) and _comparable(measured):
+        exp_n, got_n = _num(expected), _num(measured)
+        absolute, percent = deviation(exp_n, got_n)
+        ok = within(exp_n, got_n, thr.percent, thr.absolute)
+    else:  # strings: equal or not, whatever the threshold
+        ok = expected == measured
+        absolute, percent = (0.0, 0.0) if ok else (math.inf, math.inf)
     where = f" in partition {partition}" if partition else ""
     verb = "within" if ok else "exceeds"
+    if ok and math.isinf(percent):
+        verb = "(no percent of 0: the absolute bound decides) within"
     reason = (f"{what}{where}: expected {expected}, got {measured}; deviation {absolute:g} "
               f"({percent:.4g}%) {verb} threshold {thr.describe()}")
     return GateResult(gate=name, check_type=check_type, passed=ok,
@@ -134,7 +145,7 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
         rows_shadow = sum(s.rows_shadow for s in stats)
         thr = spec.duplicate_check
         pct = dups / rows_shadow * 100.0 if rows_shadow else 0.0
-        ok = judge(float(dups), pct, thr.percent, thr.absolute)
+        ok = _duplicates_ok(dups, rows_shadow, thr)
         keys = ", ".join(spec.business_keys)
         gates.append(GateResult(
             gate="duplicate_check", check_type="duplicate_check", passed=ok,
@@ -144,8 +155,7 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
                     f"threshold {thr.describe()}"),
             details={"source_duplicate_keys": sum(s.duplicate_keys_source for s in stats)}))
         for cols, n in (extra_duplicates or {}).items():
-            ok = judge(float(n), n / rows_shadow * 100.0 if rows_shadow else 0.0,
-                       thr.percent, thr.absolute)
+            ok = _duplicates_ok(n, rows_shadow, thr)
             gates.append(GateResult(
                 gate=f"duplicate_check[{','.join(cols)}]", check_type="duplicate_check",
                 passed=ok, measured={"duplicate_keys": n}, threshold=thr.describe(), expected=0,
@@ -161,6 +171,13 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
             measured=n, threshold=0, expected=0,
             reason=f"{n} null value(s) in non-null column {col!r} of the shadow"))
     return stats, gates
+
+
+def _duplicates_ok(n: int, rows: int, thr: ThresholdSpec) -> bool:
+    """``n`` duplicate keys among ``rows`` shadow rows within ``thr`` (percent of the rows),
+    exactly."""
+    pct = EXACT.divide(Decimal(n * 100), Decimal(rows)) if rows else Decimal(0)
+    return judge(Decimal(n), pct, thr.percent, thr.absolute)
 
 
 def _metric_gates(i: int, m: MetricSpec, rows: Sequence[Mapping[str, Any]],

@@ -20,7 +20,13 @@ from sparkguard.reconcile.spec import (
     schema_contract_gates,
     spec_for_target,
 )
-from sparkguard.reconcile.verdicts import ChangePreview, ReconcileResult, deviation, judge
+from sparkguard.reconcile.verdicts import (
+    ChangePreview,
+    ReconcileResult,
+    deviation,
+    judge,
+    within,
+)
 from sparkguard.sql import PartitionType
 from tests.plan_fixtures import plan_yaml, valid_plan
 
@@ -55,6 +61,66 @@ def test_deviation(expected: Any, measured: Any, out: tuple[float, float]) -> No
 ])
 def test_judge(absolute: float, percent: float, tp: float | None, ta: float | None, ok: bool) -> None:
     assert judge(absolute, percent, tp, ta) is ok
+
+
+@pytest.mark.parametrize(("expected", "measured"), [
+    (10**15, 10**15 + 1),
+    (Decimal("10000000000000.00"), Decimal("10000000000000.01")),
+    (10**21, 10**21 + 10**7),                                   # a wei total
+    (Decimal("123456789012345678901234567890123.45"), Decimal("123456789012345678901234567890123.46")),
+])
+def test_threshold_percent_zero_is_exact_for_integers_and_decimals(expected: Any,
+                                                                   measured: Any) -> None:
+    """Plans always set a threshold (the guard blocks a check without one), so ``0`` must mean
+    exact: no float slack on integer and decimal values."""
+    assert not within(expected, measured, 0.0, None)
+    assert not within(measured, expected, 0.0, None)
+    assert within(expected, expected, 0.0, None)
+    m = MetricSpec("amount", Aggregation.SUM, "amount", "amount", ThresholdSpec(percent=0.0))
+    rows = [metric_row("d1", {"sum": expected}, {"sum": measured})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert not gates[0].passed
+    rows = [row("d1", 10**15, 10**15 + 1)]
+    _, gates = build_gates(spec(row_count=ThresholdSpec(percent=0.0), duplicate_check=None),
+                           rows, True)
+    assert not gates[0].passed
+
+
+def test_integer_and_decimal_thresholds_hold_exactly_at_the_bound() -> None:
+    assert within(100, 101, 1.0, None)                                   # 1 % of 100: inclusive
+    assert not within(100, Decimal("101.000000000000000000001"), 1.0, None)
+    assert within(Decimal("10"), Decimal("10.5"), None, 0.5)
+    assert not within(Decimal("10"), Decimal("10.5000000000000000000001"), None, 0.5)
+    assert within(Decimal("1000"), Decimal("1000.1"), 0.01, None)        # 0.01 as written
+    # one duplicate key among 10**15 rows is not 0 %
+    _, gates = build_gates(spec(row_count=None, duplicate_check=ThresholdSpec(percent=0.0)),
+                           [row("d1", 10**15, 10**15, dup_shadow=1)], True)
+    assert not gates[0].passed
+
+
+def test_floats_keep_a_rounding_slack_on_the_percent() -> None:
+    """100.0 vs 100.01 is 0.010000000000005 % in doubles: the rounding of the values, not a
+    deviation beyond 0.01 %."""
+    assert within(100.0, 100.01, 0.01, None)
+    assert not within(100.0, 100.0101, 0.01, None)
+    assert not within(1.0, 1.0 + 1e-13, 0.0, None)                      # 1e-11 %: beyond it
+
+
+def test_expected_zero_with_both_thresholds_is_judged_by_the_absolute_one() -> None:
+    """A percent of 0 is not defined: with both thresholds the absolute bound decides there
+    (elsewhere both must hold); with only a percent threshold, only 0 passes."""
+    assert within(0, Decimal("0.001"), 0.01, 0.5)
+    assert within(0.0, 0.001, 0.01, 0.5)
+    assert not within(0, 1, 0.01, 0.5)
+    assert not within(0, Decimal("0.001"), 0.01, None)
+    assert not within(100, 100.4, 0.01, 0.5)                            # both must hold
+    m = MetricSpec("m", Aggregation.SUM, "v", "v", ThresholdSpec(percent=0.01, absolute=0.5),
+                   per_partition=True)
+    rows = [metric_row("d1", {"sum": Decimal("0")}, {"sum": Decimal("0.001")}),
+            metric_row("d2", {"sum": Decimal("1000")}, {"sum": Decimal("1000")})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert [g.passed for g in gates] == [True, True, True]
+    assert "the absolute bound decides" in gates[1].reason
 
 
 def test_metric_partials_fold_and_finish() -> None:
