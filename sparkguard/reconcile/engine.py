@@ -41,7 +41,7 @@ from pyspark.sql import DataFrame
 
 from sparkguard.plan.model import Aggregation
 from sparkguard.reconcile.distinct import _distinct_counts, _distinct_frame
-from sparkguard.reconcile.gates import build_gates
+from sparkguard.reconcile.gates import build_gates, utc_instant
 from sparkguard.reconcile.hashing import columns_of, row_hash, table_fingerprint
 from sparkguard.reconcile.layout import _SIDE_NAMES, SHADOW, SOURCE, TARGET, _Layout, _layout
 from sparkguard.reconcile.levels import _fold_groups, _verdict_frame
@@ -151,9 +151,11 @@ def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any]
     for i, m in enumerate(spec.metrics):
         for s in (SOURCE, SHADOW, TARGET):
             name = f"m{i}_{_SIDE_NAMES[s]}"
+            low, high = r.get(f"__sg_m{i}_{s}_min"), r.get(f"__sg_m{i}_{s}_max")
+            if lay.instant(i, s):  # unix_micros
+                low, high = utc_instant(low), utc_instant(high)
             parts = {"count": int(r.get(f"__sg_m{i}_{s}_count") or 0),
-                     "sum": _sum_of(lay, r, i, s), "min": r.get(f"__sg_m{i}_{s}_min"),
-                     "max": r.get(f"__sg_m{i}_{s}_max"), "cd": None,
+                     "sum": _sum_of(lay, r, i, s), "min": low, "max": high, "cd": None,
                      "nonfinite": int(r.get(f"__sg_m{i}_{s}_nonfin") or 0)}
             if m.aggregation is Aggregation.COUNT_DISTINCT and (i, s) in lay.distinct:
                 # per partition only where checked per partition: else unknown, not zero

@@ -20,7 +20,7 @@ from sparkguard.reconcile.verdicts import (
     within,
 )
 
-__all__ = ["SIDES", "build_gates", "combine_metric", "metric_value"]
+__all__ = ["SIDES", "build_gates", "combine_metric", "metric_value", "utc_instant"]
 
 SIDES = ("source", "shadow", "target")
 _EPOCH_DAY = dt.date(1970, 1, 1).toordinal()
@@ -69,6 +69,11 @@ def _num(v: Any) -> float | int | Decimal | None:
     if isinstance(v, dt.date):
         return v.toordinal() - _EPOCH_DAY
     return v if isinstance(v, int | Decimal) else float(v)  # exact ones subtract exactly
+
+
+def utc_instant(micros: int | None) -> dt.datetime | None:
+    """A ``timestamp``'s ``unix_micros`` as an aware UTC datetime (whatever the driver's zone)."""
+    return None if micros is None else _EPOCH_UTC + dt.timedelta(microseconds=int(micros))
 
 
 def _micros(d: dt.timedelta) -> int:

@@ -62,6 +62,12 @@ class _Layout:
         shadow = self.metric_type(i, SHADOW)
         return self.has_target and shadow is not None and shadow == self.metric_type(i, TARGET)
 
+    def instant(self, i: int, side: int) -> bool:
+        """Metric ``i``'s input on ``side`` is a ``timestamp`` (an instant): its min and max are
+        taken over ``unix_micros``, since pyspark turns a timestamp into a naive datetime in the
+        driver's OS time zone. A ``timestamp_ntz`` stays a wall-clock value."""
+        return isinstance(self.metric_type(i, side), T.TimestampType)
+
     def decimal_scale(self, i: int, side: int) -> int | None:
         """Scale of a decimal of up to 18 digits that metric ``i`` sums as two longs: Spark's own
         decimal sum widens to 28 digits, which it stores as bytes and updates slowly."""

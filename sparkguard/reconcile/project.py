@@ -68,6 +68,8 @@ def _metric_inputs(spec: ReconcileSpec, lay: _Layout, side: int) -> list[Column]
         if code is None or _float_input(spec, lay, i, side) is not None:
             continue
         value = F.expr(_expr_of(spec, i, code))
+        if lay.instant(i, _code_sides(code)[0]):
+            value = F.unix_micros(value)
         if _excluding(spec, lay, i, code):
             value = F.when(~_nonfinite(value), value)
         scale = lay.decimal_scale(i, side)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -152,6 +154,8 @@ def metric_ref(agg: Aggregation, values: list[Any]) -> Any:
 
 
 def close(a: Any, b: Any) -> bool:
+    if isinstance(a, dt.datetime) and isinstance(b, dt.datetime):  # naive: local time, as
+        return a.astimezone(dt.UTC) == b.astimezone(dt.UTC)        # createDataFrame read it
     if isinstance(a, float) or isinstance(b, float):
         if a is None or b is None:
             return a is b
@@ -319,6 +323,48 @@ def test_extra_duplicate_keys_count_across_the_window(spark: Any) -> None:
     assert gates["duplicate_check[p,k]"].measured["duplicate_keys"] == 0
     assert gates["duplicate_check"].measured["duplicate_keys"] == 0
     assert [s.partition for s in res.partitions] == [str(d) for d in DAYS[:2]]  # no window row
+
+
+def test_timestamp_min_max_are_utc_instants_in_any_driver_zone(spark: Any) -> None:
+    """pyspark hands a timestamp to the driver as a naive datetime in the OS time zone, which
+    folds New York's repeated autumn hour and stretches its spring change. The metric compares
+    instants: an hour apart inside the repeated hour fails an exact gate, two minutes across the
+    spring change pass a 300 s one, and the sample shows the changed value in UTC."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
+    try:
+        schema, day = "p date, k int, t timestamp", DAYS[0]
+
+        def frame(*ts: str) -> Any:
+            return spark.createDataFrame(
+                [(day, k, dt.datetime.fromisoformat(t)) for k, t in enumerate(ts)], schema)
+
+        exact = ReconcileSpec(
+            partition_column="p", partition_type=PartitionType.DATE, business_keys=("k",),
+            metrics=(MetricSpec("last", Aggregation.MAX, "t", "t", ThresholdSpec(percent=0.0)),
+                     MetricSpec("first", Aggregation.MIN, "t", "t", ThresholdSpec(percent=0.0))))
+        before = frame("2026-11-01T05:30:00+00:00")
+        after = frame("2026-11-01T06:30:00+00:00")
+        res = reconcile(exact, shadow=after, source=before, target=before, partitions=[day])
+        gates = {g.gate: g for g in res.gates if g.partition is None}
+        for name in ("metric_reconciliation[last]", "metric_reconciliation[first]"):
+            g = gates[name]
+            assert not g.passed and g.measured["abs_diff"] == 3600.0, g.reason
+            assert g.expected == dt.datetime(2026, 11, 1, 5, 30, tzinfo=dt.UTC)
+        assert res.preview is not None and res.preview.changed == 1
+        (sample,) = res.preview.sample
+        assert sample["changed_columns"] == ["t"]
+        assert sample["after"]["t"] == dt.datetime(2026, 11, 1, 6, 30, tzinfo=dt.UTC)
+        loose = replace(exact, metrics=(
+            MetricSpec("first", Aggregation.MIN, "t", "t", ThresholdSpec(absolute=300)),))
+        res = reconcile(loose, shadow=frame("2026-03-08T07:01:00+00:00"),
+                        source=frame("2026-03-08T06:59:00+00:00"), partitions=[day])
+        (g,) = [g for g in res.gates if g.gate == "metric_reconciliation[first]"]
+        assert g.passed and g.measured["abs_diff"] == 120.0, g.reason
+    finally:
+        os.environ.pop("TZ") if old is None else os.environ.update(TZ=old)
+        time.tzset()
 
 
 def test_wide_decimal_sums_stay_exact(spark: Any) -> None:

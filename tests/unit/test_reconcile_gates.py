@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
+import time
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -11,7 +14,7 @@ import pytest
 
 from sparkguard.plan.loader import load_plan_text
 from sparkguard.plan.model import Aggregation, ColumnContract, Contract
-from sparkguard.reconcile.gates import build_gates, combine_metric, metric_value
+from sparkguard.reconcile.gates import build_gates, combine_metric, metric_value, utc_instant
 from sparkguard.reconcile.spec import (
     ColumnInfo,
     MetricSpec,
@@ -241,6 +244,60 @@ def test_min_max_of_dates_and_timestamps_compare_in_days_and_seconds() -> None:
     rows = [metric_row("d1", {"max": "b"}, {"max": "a"})]
     _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(text,)), rows, True)
     assert not gates[0].passed  # strings: equal or not, whatever the threshold
+
+
+@pytest.fixture
+def new_york() -> Iterator[None]:
+    """The driver's OS time zone set to one with DST changes, restored afterwards."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
+    try:
+        yield
+    finally:
+        os.environ.pop("TZ") if old is None else os.environ.update(TZ=old)
+        time.tzset()
+
+
+def micros(text: str) -> int:
+    d = dt.datetime.fromisoformat(text) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
+
+
+def test_timestamp_min_max_compare_as_utc_instants_in_any_driver_zone(new_york: None) -> None:
+    """The engine aggregates ``unix_micros`` of a ``timestamp`` and makes it an aware UTC
+    datetime; pyspark's own conversion gives naive local times, which fold the repeated hour of
+    the autumn change into one and stretch the spring change by an hour."""
+    a, b = micros("2026-11-01T05:30:00+00:00"), micros("2026-11-01T06:30:00+00:00")
+    assert utc_instant(a) == dt.datetime(2026, 11, 1, 5, 30, tzinfo=dt.UTC)
+    assert utc_instant(b) - utc_instant(a) == dt.timedelta(hours=1)  # type: ignore[operator]
+    exact = MetricSpec("last", Aggregation.MAX, "t", "t", ThresholdSpec(percent=0.0))
+    rows = [metric_row("d1", {"max": utc_instant(a)}, {"max": utc_instant(b)})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(exact,)), rows, True)
+    assert not gates[0].passed and gates[0].measured["abs_diff"] == 3600.0
+    assert gates[0].to_dict()["expected"] == "2026-11-01T05:30:00+00:00"   # explicit UTC
+    assert "expected 2026-11-01 05:30:00+00:00, got 2026-11-01 06:30:00+00:00" in gates[0].reason
+    # across the spring change: 06:59Z vs 07:01Z are two minutes apart, not an hour and two
+    c, d = micros("2026-03-08T06:59:00+00:00"), micros("2026-03-08T07:01:00+00:00")
+    loose = MetricSpec("first", Aggregation.MIN, "t", "t", ThresholdSpec(absolute=300))
+    rows = [metric_row("d1", {"min": utc_instant(c)}, {"min": utc_instant(d)})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(loose,)), rows, True)
+    assert gates[0].passed and gates[0].measured["abs_diff"] == 120.0
+    # partials fold by instant: the later UTC value wins inside the repeated hour
+    parts = combine_metric([{"max": utc_instant(b)}, {"max": utc_instant(a)}])
+    assert parts["max"] == utc_instant(b)
+
+
+def test_timestamp_deviation_is_exact_to_the_microsecond() -> None:
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    m = MetricSpec("last", Aggregation.MAX, "t", "t", ThresholdSpec(percent=0.0))
+    rows = [metric_row("d1", {"max": t0}, {"max": t0 + dt.timedelta(microseconds=1)})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert not gates[0].passed and gates[0].measured["abs_diff"] == 1e-6
+    ntz = dt.datetime(2026, 1, 1)  # a timestamp_ntz: wall-clock, compared as such
+    rows = [metric_row("d1", {"max": ntz}, {"max": ntz})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert gates[0].passed
 
 
 def test_count_distinct_uses_window_totals_not_partition_sums() -> None:
