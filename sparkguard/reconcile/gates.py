@@ -145,9 +145,9 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
                                            getattr(s, f"rows_{ref}"), s.rows_shadow,
                                            spec.row_count, f"shadow rows vs {ref} rows",
                                            s.partition))
+    rows_shadow = sum(s.rows_shadow for s in stats)
     if spec.duplicate_check is not None:
         dups = sum(s.duplicate_keys_shadow for s in stats)
-        rows_shadow = sum(s.rows_shadow for s in stats)
         thr = spec.duplicate_check
         pct = dups / rows_shadow * 100.0 if rows_shadow else 0.0
         ok = _duplicates_ok(dups, rows_shadow, thr)
@@ -159,12 +159,15 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
             reason=(f"{dups} business key(s) ({keys}) occur more than once in the shadow; "
                     f"threshold {thr.describe()}"),
             details={"source_duplicate_keys": sum(s.duplicate_keys_source for s in stats)}))
-        for cols, n in (extra_duplicates or {}).items():
-            ok = _duplicates_ok(n, rows_shadow, thr)
-            gates.append(GateResult(
-                gate=f"duplicate_check[{','.join(cols)}]", check_type="duplicate_check",
-                passed=ok, measured={"duplicate_keys": n}, threshold=thr.describe(), expected=0,
-                reason=f"{n} key(s) ({', '.join(cols)}) occur more than once in the shadow"))
+    rows_shadow = sum(s.rows_shadow for s in stats)
+    for cols, n in (extra_duplicates or {}).items():
+        thr = spec.extra_duplicate_threshold(cols)
+        gates.append(GateResult(
+            gate=f"duplicate_check[{','.join(cols)}]", check_type="duplicate_check",
+            passed=_duplicates_ok(n, rows_shadow, thr), measured={"duplicate_keys": n},
+            threshold=thr.describe(), expected=0,
+            reason=(f"{n} key(s) ({', '.join(cols)}) occur more than once in the shadow; "
+                    f"threshold {thr.describe()}")))
     for i, m in enumerate(spec.metrics):
         gates.extend(_metric_gates(i, m, rows, stats, ref))
         if m.drift is not None and has_target and ref != "target":

@@ -379,3 +379,32 @@ def test_spec_for_target_reads_the_plan_checks() -> None:
         ("gross_amount", Aggregation.SUM, "amount", "amount"),
         ("line_total", Aggregation.SUM, "amount * quantity", "line_total")]
     assert s.metrics[0].threshold == ThresholdSpec(percent=0.01)
+
+
+def test_each_extra_duplicate_check_keeps_its_own_threshold() -> None:
+    """The business keys at <= 5 % and a second key set with no threshold (exact): three
+    duplicate keys on the second set fail, whatever the first allows."""
+    data = valid_plan()
+    checks = data["backfill_plan"]["validation"]["checks"]
+    checks[1] = {"type": "duplicate_check", "key_columns": ["order_id"], "threshold_percent": 5}
+    checks.append({"type": "duplicate_check", "key_columns": ["customer_id"]})
+    plan = load_plan_text(plan_yaml(data))
+    s = spec_for_target(plan, plan.targets[0])
+    assert s.duplicate_check == ThresholdSpec(percent=5)
+    assert s.extra_duplicate_threshold(("customer_id",)) == ThresholdSpec(absolute=0.0)
+    rows = [row("d1", 100, 100, dup_shadow=3)]
+    _, gates = build_gates(s, rows, True, extra_duplicates={("customer_id",): 3})
+    by_name = {g.gate: g for g in gates}
+    assert by_name["duplicate_check"].passed                    # 3 % <= 5 %
+    extra = by_name["duplicate_check[customer_id]"]
+    assert not extra.passed and extra.threshold == "<= 0 abs"
+    # its own threshold when it has one; the business keys then default to exact
+    checks[1] = {"type": "duplicate_check", "key_columns": ["customer_id"], "threshold_absolute": 5}
+    del checks[-1]
+    plan = load_plan_text(plan_yaml(data))
+    s = spec_for_target(plan, plan.targets[0])
+    assert s.duplicate_check == ThresholdSpec(absolute=0.0)
+    _, gates = build_gates(s, [row("d1", 100, 100)], True,
+                           extra_duplicates={("customer_id",): 3})
+    assert [(g.gate, g.passed) for g in gates if g.check_type == "duplicate_check"] == [
+        ("duplicate_check", True), ("duplicate_check[customer_id]", True)]
