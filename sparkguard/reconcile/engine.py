@@ -43,7 +43,15 @@ from sparkguard.plan.model import Aggregation
 from sparkguard.reconcile.distinct import _distinct_counts, _distinct_frame
 from sparkguard.reconcile.gates import build_gates, utc_instant
 from sparkguard.reconcile.hashing import columns_of, row_hash, table_fingerprint
-from sparkguard.reconcile.layout import _SIDE_NAMES, SHADOW, SOURCE, TARGET, _Layout, _layout
+from sparkguard.reconcile.layout import (
+    _SIDE_NAMES,
+    NONFINITE_KINDS,
+    SHADOW,
+    SOURCE,
+    TARGET,
+    _Layout,
+    _layout,
+)
 from sparkguard.reconcile.levels import _fold_groups, _verdict_frame
 from sparkguard.reconcile.project import _project as _project  # re-exported: tests reach it here
 from sparkguard.reconcile.samples import _change_sample, _dup_sample, _fetch, _pick_samples, same_value
@@ -156,7 +164,7 @@ def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any]
                 low, high = utc_instant(low), utc_instant(high)
             parts = {"count": int(r.get(f"__sg_m{i}_{s}_count") or 0),
                      "sum": _sum_of(lay, r, i, s), "min": low, "max": high, "cd": None,
-                     "nonfinite": int(r.get(f"__sg_m{i}_{s}_nonfin") or 0)}
+                     **{k: int(r.get(f"__sg_m{i}_{s}_{k}") or 0) for k in NONFINITE_KINDS}}
             if m.aggregation is Aggregation.COUNT_DISTINCT and (i, s) in lay.distinct:
                 # per partition only where checked per partition: else unknown, not zero
                 parts["cd"] = distinct[1].get((i, s, part), 0) if m.per_partition else None

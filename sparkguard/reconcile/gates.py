@@ -12,6 +12,7 @@ from sparkguard.plan.model import Aggregation, NanRule
 from sparkguard.reconcile.spec import MetricSpec, ReconcileSpec, ThresholdSpec
 from sparkguard.reconcile.verdicts import (
     EXACT,
+    NONFINITE_KINDS,
     GateResult,
     PartitionStats,
     deviation,
@@ -46,12 +47,13 @@ def metric_value(agg: Aggregation, parts: Mapping[str, Any]) -> Any:
 def combine_metric(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Combine per-partition partials into window partials (sum/count add, min/max fold)."""
     out: dict[str, Any] = {"sum": None, "count": 0, "min": None, "max": None, "cd": None,
-                           "nonfinite": 0}
+                           **dict.fromkeys(NONFINITE_KINDS, 0)}
     for r in rows:
         for how in ("sum", "min", "max"):
             out[how] = fold_partial(how, out[how], r.get(how))
         out["count"] += r.get("count") or 0
-        out["nonfinite"] += r.get("nonfinite") or 0
+        for kind in NONFINITE_KINDS:
+            out[kind] += r.get(kind) or 0
         if r.get("cd") is not None:
             out["cd"] = (out["cd"] or 0) + r["cd"]
     return out
@@ -209,39 +211,58 @@ def _metric_gates(i: int, m: MetricSpec, rows: Sequence[Mapping[str, Any]],
     return out
 
 
+_KIND_LABELS = {"nan": "NaN", "posinf": "+inf", "neginf": "-inf"}
+
+
+def _by_kind(parts: Mapping[str, Any]) -> dict[str, int]:
+    """NaN, +inf and -inf input rows of one side, labelled."""
+    return {label: int(parts.get(k) or 0) for k, label in _KIND_LABELS.items()}
+
+
+def _shown(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{label} {n}" for label, n in counts.items() if n) or "none"
+
+
 def _metric_pair(m: MetricSpec, ref: str, label: str, exp_parts: Mapping[str, Any],
                  got_parts: Mapping[str, Any], partition: str | None, drift: bool = False
                  ) -> list[GateResult]:
     """The metric's gate (window or one partition) under the NaN rule: with ``nan: fail`` a NaN
     or infinite input on either side fails it; with ``nan: exclude`` the values are over finite
-    inputs and the NaN/infinite row counts get a gate of their own. ``drift``: the gate of the
-    move from the current target to the shadow, under the drift threshold."""
+    inputs and the NaN, +inf and -inf row counts get a gate of their own, compared per kind.
+    ``drift``: the gate of the move from the current target to the shadow, under the drift
+    threshold."""
     name = f"metric_{'drift' if drift else 'reconciliation'}[{m.name}]"
     threshold = m.drift if drift and m.drift is not None else m.threshold
     kind = "metric_drift" if drift else "metric_reconciliation"
     expected = metric_value(m.aggregation, exp_parts)
     measured = metric_value(m.aggregation, got_parts)
-    nonfinite = {ref: int(exp_parts.get("nonfinite") or 0),
-                 "shadow": int(got_parts.get("nonfinite") or 0)}
+    by_kind = {ref: _by_kind(exp_parts), "shadow": _by_kind(got_parts)}
+    nonfinite = {side: sum(c.values()) for side, c in by_kind.items()}
+    where = f" in partition {partition}" if partition else ""
     if m.nan is NanRule.EXCLUDE:
+        same = by_kind[ref] == by_kind["shadow"]
+        ref_expr = m.source_expr if ref == "source" else m.shadow_expr
+        counts = GateResult(
+            gate=f"{name}.nan_or_infinite_rows", check_type=kind, passed=same,
+            measured={"value": by_kind["shadow"]}, expected=by_kind[ref], threshold="exact",
+            partition=partition,
+            reason=(f"NaN, +inf and -inf rows of {m.shadow_expr} in the shadow "
+                    f"({_shown(by_kind['shadow'])}) vs {ref_expr} in the {ref} "
+                    f"({_shown(by_kind[ref])}){where}: "
+                    f"{'equal' if same else 'differ'} (compared exactly, per kind)"))
         return [_compare_gate(name, kind, expected, measured, threshold,
-                              f"{label} (finite values)", partition),
-                _compare_gate(f"{name}.nan_or_infinite_rows", kind,
-                              nonfinite[ref], nonfinite["shadow"], ThresholdSpec(),
-                              f"NaN or infinite rows of {m.shadow_expr} in the shadow vs "
-                              f"{m.source_expr if ref == 'source' else m.shadow_expr} in the "
-                              f"{ref}", partition)]
+                              f"{label} (finite values)", partition), counts]
     if not any(nonfinite.values()):
         return [_compare_gate(name, kind, expected, measured, threshold,
                               label, partition)]
-    where = f" in partition {partition}" if partition else ""
-    sides = " and ".join(f"the {side} has {n} NaN or infinite input row(s)"
-                         for side, n in nonfinite.items() if n)
+    sides = " and ".join(f"the {side} has {n} NaN or infinite input row(s) "
+                         f"({_shown(by_kind[side])})" for side, n in nonfinite.items() if n)
     return [GateResult(
         gate=name, check_type=kind, passed=False,
-        measured={"value": measured, "nan_or_infinite_rows": nonfinite},
+        measured={"value": measured, "nan_or_infinite_rows": nonfinite,
+                  "by_kind": by_kind},
         expected=expected, threshold=threshold.describe(), partition=partition,
         reason=(f"{label}{where}: {sides}, so the {m.aggregation.value} is not a number that "
                 f"can be compared (a NaN or infinite total hides every other difference); fix "
                 f"those rows, or set `nan: exclude` on this check to compare the finite values "
-                f"and the NaN/infinite row counts separately"))]
+                f"and the NaN/+inf/-inf row counts separately"))]

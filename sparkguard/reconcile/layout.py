@@ -16,8 +16,9 @@ from pyspark.sql import types as T
 
 from sparkguard.plan.model import Aggregation, NanRule
 from sparkguard.reconcile.spec import ReconcileSpec
+from sparkguard.reconcile.verdicts import NONFINITE_KINDS
 
-__all__ = ["SHADOW", "SOURCE", "TARGET"]
+__all__ = ["NONFINITE_KINDS", "SHADOW", "SOURCE", "TARGET"]
 
 SOURCE, SHADOW, TARGET = 0, 1, 2
 _SIDE_NAMES = {SOURCE: "source", SHADOW: "shadow", TARGET: "target"}
@@ -206,14 +207,15 @@ def _bits(spec: ReconcileSpec, lay: _Layout) -> list[tuple[str, str, str]]:
     """One-bit inputs, packed 62 to a long: (``null``, not-null column, ``1``), (``count``,
     expression, code) -- a count (and an average's count) needs only whether its input is null,
     and metrics counting one expression share its bit -- (``finite``, ...) for the counts of
-    metrics excluding NaN and infinities, and (``nonfinite``, ...) where a sum, average, min or
-    max has a float input: its NaN and infinite rows are counted on every side."""
+    metrics excluding NaN and infinities, and (``nan``, ...), (``posinf``, ...), (``neginf``, ...)
+    where a sum, average, min or max has a float input: its NaN, +inf and -inf rows are counted
+    apart on every side."""
     bits = [("null", c, "1") for c in spec.not_null]
     for i, m in enumerate(spec.metrics):
         for code in _codes(lay, i):
             if m.aggregation in (Aggregation.COUNT, Aggregation.AVG):
                 bits.append(_count_bit(spec, lay, i, code))
             if m.aggregation in _NAN_RULED and _float_code(lay, i, code):
-                bits.append(("nonfinite", _expr_of(spec, i, code), code))
+                bits += [(kind, _expr_of(spec, i, code), code) for kind in NONFINITE_KINDS]
     return list(dict.fromkeys(bits))
 

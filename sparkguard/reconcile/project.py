@@ -22,6 +22,7 @@ from sparkguard.reconcile.layout import (
     _TAG_KEY,
     _TAG_SOURCE,
     _TARGET_ONE,
+    NONFINITE_KINDS,
     SHADOW,
     SOURCE,
     TARGET,
@@ -50,8 +51,11 @@ def _flag(kind: str, what: str) -> Column:
     if kind == "null":
         return column(what).isNull()
     value = F.expr(what)
-    if kind == "nonfinite":
-        return _nonfinite(value)
+    if kind == "nan":
+        return F.coalesce(F.isnan(value), F.lit(False))
+    if kind in ("posinf", "neginf"):
+        return F.coalesce(value == F.lit(float("inf") if kind == "posinf" else float("-inf")),
+                          F.lit(False))
     if kind == "finite":
         return value.isNotNull() & ~_nonfinite(value)
     return value.isNotNull()
@@ -181,9 +185,10 @@ def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[
                 name, fj = f"__sg_m{i}_{s}", _float_input(spec, lay, i, s)
                 col = f"__sg_f{fj}" if fj is not None else f"__sg_v{i}_{code}"
                 if m.aggregation in _NAN_RULED and _float_code(lay, i, code):
-                    flag = bit(("nonfinite", _expr_of(spec, i, code), code))
-                    if flag is not None:
-                        aggs.append(F.sum(per_side(flag, s)).alias(f"{name}_nonfin"))
+                    for kind in NONFINITE_KINDS:
+                        flag = bit((kind, _expr_of(spec, i, code), code))
+                        if flag is not None:
+                            aggs.append(F.sum(per_side(flag, s)).alias(f"{name}_{kind}"))
                 for part in _metric_parts(m.aggregation):
                     if part == "count":
                         flag = bit(_count_bit(spec, lay, i, code))

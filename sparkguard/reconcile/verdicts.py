@@ -10,6 +10,7 @@ from typing import Any, TypeGuard
 __all__ = [
     "EXACT",
     "FLOAT_PERCENT_SLACK",
+    "NONFINITE_KINDS",
     "ChangePreview",
     "GateResult",
     "PartitionStats",
@@ -25,6 +26,8 @@ __all__ = [
 # context keeps 28 and would round them
 EXACT = Context(prec=120)
 Number = float | int | Decimal
+# a float metric's input rows counted per kind: a +inf that became -inf or NaN is a change
+NONFINITE_KINDS = ("nan", "posinf", "neginf")
 
 
 def exact_add(a: Any, b: Any) -> Any:

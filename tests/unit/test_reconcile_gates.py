@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sparkguard.plan.loader import load_plan_text
-from sparkguard.plan.model import Aggregation, ColumnContract, Contract
+from sparkguard.plan.model import Aggregation, ColumnContract, Contract, NanRule
 from sparkguard.reconcile.gates import build_gates, combine_metric, metric_value, utc_instant
 from sparkguard.reconcile.spec import (
     ColumnInfo,
@@ -131,7 +131,7 @@ def test_metric_partials_fold_and_finish() -> None:
                             {"sum": None, "count": 0, "min": None, "max": None},
                             {"sum": Decimal("2.5"), "count": 1, "min": -1, "max": 4}])
     assert parts == {"sum": Decimal("12.5"), "count": 3, "min": -1, "max": 7, "cd": None,
-                     "nonfinite": 0}
+                     "nan": 0, "posinf": 0, "neginf": 0}
     assert metric_value(Aggregation.SUM, parts) == Decimal("12.5")
     assert metric_value(Aggregation.AVG, parts) == pytest.approx(12.5 / 3)
     assert metric_value(Aggregation.MIN, parts) == -1
@@ -408,3 +408,33 @@ def test_each_extra_duplicate_check_keeps_its_own_threshold() -> None:
                            extra_duplicates={("customer_id",): 3})
     assert [(g.gate, g.passed) for g in gates if g.check_type == "duplicate_check"] == [
         ("duplicate_check", True), ("duplicate_check[customer_id]", True)]
+
+
+@pytest.mark.parametrize("shadow_kind", ["neginf", "nan"])
+def test_exclude_counts_nan_and_each_infinity_apart(shadow_kind: str) -> None:
+    """``nan: exclude``: the finite sums agree and each side has one non-finite row, but a +inf
+    that became -inf or NaN is a change: the counts are compared per kind."""
+    m = MetricSpec("m", Aggregation.SUM, "x", "x", ThresholdSpec(percent=0.0), per_partition=True,
+                   nan=NanRule.EXCLUDE)
+    rows = [metric_row("d1", {"sum": 10.0, "posinf": 1}, {"sum": 10.0, shadow_kind: 1})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    by = {(g.gate, g.partition): g for g in gates}
+    assert by[("metric_reconciliation[m]", None)].passed               # the finite values
+    counts = by[("metric_reconciliation[m].nan_or_infinite_rows", None)]
+    assert not counts.passed and not by[(counts.gate, "d1")].passed
+    assert counts.expected == {"NaN": 0, "+inf": 1, "-inf": 0}
+    assert counts.measured["value"][{"neginf": "-inf", "nan": "NaN"}[shadow_kind]] == 1
+    same = [metric_row("d1", {"sum": 10.0, "posinf": 1, "nan": 2}, {"sum": 10.0, "posinf": 1,
+                                                                     "nan": 2})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), same, True)
+    assert all(g.passed for g in gates)
+
+
+def test_nan_fail_names_each_kind() -> None:
+    m = MetricSpec("m", Aggregation.MAX, "x", "x", ThresholdSpec(percent=0.0))
+    rows = [metric_row("d1", {"max": 1.0, "posinf": 1}, {"max": 1.0, "neginf": 2})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    g = gates[0]
+    assert not g.passed and g.measured["nan_or_infinite_rows"] == {"source": 1, "shadow": 2}
+    assert "the source has 1 NaN or infinite input row(s) (+inf 1)" in g.reason
+    assert "the shadow has 2 NaN or infinite input row(s) (-inf 2)" in g.reason
