@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 from sparkguard.plan.model import Aggregation, NanRule
-from sparkguard.reconcile.spec import MetricSpec, ReconcileSpec, ThresholdSpec
+from sparkguard.reconcile.spec import MetricSpec, ReconcileSpec, ThresholdSpec, unknown_column_reason
 from sparkguard.reconcile.verdicts import (
     EXACT,
     NONFINITE_KINDS,
@@ -111,9 +111,11 @@ def _compare_gate(name: str, check_type: str, expected: Any, measured: Any, thr:
 
 def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_source: bool,
                 extra_duplicates: Mapping[tuple[str, ...], int] | None = None,
-                has_target: bool = False) -> tuple[list[PartitionStats], list[GateResult]]:
+                has_target: bool = False, unknown_not_null: Mapping[str, str | None] | None = None
+                ) -> tuple[list[PartitionStats], list[GateResult]]:
     """Gates from per-partition rows; with ``has_target``, also the drift gates (current
-    target against the shadow) of the metrics that ask for one.
+    target against the shadow) of the metrics that ask for one. ``unknown_not_null``: not-null
+    names the shadow has no column for (each with its near match in another case); each fails.
 
     Each row: ``partition`` (str), ``rows_<side>``, ``dup_shadow``, ``dup_source``,
     ``null_<col>``, and for each metric ``m<i>_<side>`` a dict of partials.
@@ -180,6 +182,11 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
             gate=f"not_null[{col}]", check_type="nullability_contract", passed=n == 0,
             measured=n, threshold=0, expected=0,
             reason=f"{n} null value(s) in non-null column {col!r} of the shadow"))
+    for col, near in (unknown_not_null or {}).items():
+        gates.append(GateResult(
+            gate=f"not_null[{col}]", check_type="nullability_contract", passed=False,
+            measured=None, threshold=0, expected=0,
+            reason=f"{unknown_column_reason(col, near, 'the shadow')}; fix contract.not_null"))
     return stats, gates
 
 

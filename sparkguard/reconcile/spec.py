@@ -17,6 +17,8 @@ __all__ = [
     "ThresholdSpec",
     "schema_contract_gates",
     "spec_for_target",
+    "unknown_column_reason",
+    "unknown_columns",
 ]
 
 
@@ -145,6 +147,19 @@ class ColumnInfo:
     name: str
     type: str
     nullable: bool
+
+
+def unknown_columns(names: Sequence[str], columns: Sequence[str]) -> dict[str, str | None]:
+    """Each of ``names`` that is not exactly one of ``columns``, with the column it matches in
+    another case (None: no such column)."""
+    folded = {c.lower(): c for c in columns}
+    return {n: folded.get(n.lower()) for n in names if n not in columns}
+
+
+def unknown_column_reason(name: str, near: str | None, where: str) -> str:
+    """Why a not-null contract names no column of ``where``."""
+    hint = f"it has {near!r} (names match exactly, case included)" if near else "no such column"
+    return f"not_null names column {name!r}, which {where} does not have: {hint}"
 
 
 def _norm_type(t: str) -> str:

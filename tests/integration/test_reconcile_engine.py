@@ -410,6 +410,19 @@ def test_slice_gates_without_preview_keep_the_target_not_null_contract(spark: An
         reconcile(spec, shadow=shadow, target=target, partitions=[DAYS[0]], preview=False)
 
 
+def test_not_null_names_the_shadow_lacks_fail_instead_of_vanishing(spark: Any) -> None:
+    """``custmer_id`` (a typo) and ``S`` (another case) used to be dropped from the contract,
+    so their gates never ran; each now fails, naming the column."""
+    shadow = spark.createDataFrame([(DAYS[0], 1, 1, None, None, None, None)], SCHEMA)
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), not_null=("i", "S", "custmer_id"))
+    res = reconcile(spec, shadow=shadow, source=shadow, partitions=[DAYS[0]], preview=False)
+    gates = {g.gate: g for g in res.gates}
+    assert gates["not_null[i]"].passed
+    assert not gates["not_null[S]"].passed and "it has 's'" in gates["not_null[S]"].reason
+    assert not gates["not_null[custmer_id]"].passed and not res.passed
+
+
 def plan_nodes(node: Any) -> list[Any]:
     """Every node of a JVM physical plan (inside adaptive execution too)."""
     if node.getClass().getSimpleName() == "AdaptiveSparkPlanExec":

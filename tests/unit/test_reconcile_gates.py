@@ -438,3 +438,38 @@ def test_nan_fail_names_each_kind() -> None:
     assert not g.passed and g.measured["nan_or_infinite_rows"] == {"source": 1, "shadow": 2}
     assert "the source has 1 NaN or infinite input row(s) (+inf 1)" in g.reason
     assert "the shadow has 2 NaN or infinite input row(s) (-inf 2)" in g.reason
+
+
+def test_a_not_null_name_the_shadow_lacks_fails_its_gate() -> None:
+    """A typo or another case in ``contract.not_null`` used to drop the gate silently."""
+    from sparkguard.reconcile.spec import unknown_columns
+
+    unknown = unknown_columns(("customer_id", "Amount", "custmer_id"), ("customer_id", "amount"))
+    assert unknown == {"Amount": "amount", "custmer_id": None}
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, not_null=("customer_id",)),
+                           [row("d1", 1, 1, null_customer_id=0)], True, unknown_not_null=unknown)
+    by = {g.gate: g for g in gates}
+    assert by["not_null[customer_id]"].passed
+    assert not by["not_null[Amount]"].passed and not by["not_null[custmer_id]"].passed
+    assert "it has 'amount' (names match exactly" in by["not_null[Amount]"].reason
+    assert "no such column" in by["not_null[custmer_id]"].reason
+
+
+def test_guard_names_not_null_columns_a_table_lacks() -> None:
+    """The live guard's helper (against a target's columns) and the static rule (against
+    ``contract.columns``, a partial list: only another case is known to be wrong)."""
+    from sparkguard.guard_checks import not_null_findings
+
+    data = valid_plan()
+    data["backfill_plan"]["targets"][0]["contract"]["not_null"] = ["Order_ID", "amount", "amout"]
+    plan = load_plan_text(plan_yaml(data))
+    t = plan.target_specs()[0]
+    found = not_null_findings(t, "targets[0]", ["order_id", "amount", "order_date"], "target 't'")
+    assert [(p, m) for p, m, _fix in found] == [
+        ("targets[0].contract.not_null[0]", "not_null names column 'Order_ID', which target 't' "
+         "does not have: it has 'order_id' (names match exactly, case included)"),
+        ("targets[0].contract.not_null[2]", "not_null names column 'amout', which target 't' "
+         "does not have: no such column")]
+    assert [p for p, _m, _f in not_null_findings(t, "targets[0]", ["order_id", "amount"], "x",
+                                                 complete=False)] == [
+        "targets[0].contract.not_null[0]"]
