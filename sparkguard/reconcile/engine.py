@@ -168,6 +168,7 @@ def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any]
                 low, high = utc_instant(low), utc_instant(high)
             parts = {"count": int(r.get(f"__sg_m{i}_{s}_count") or 0),
                      "sum": _sum_of(lay, r, i, s), "min": low, "max": high, "cd": None,
+                     "overflow": int(r.get(f"__sg_m{i}_{s}_ovf") or 0),
                      **{k: int(r.get(f"__sg_m{i}_{s}_{k}") or 0) for k in NONFINITE_KINDS}}
             if m.aggregation is Aggregation.COUNT_DISTINCT and (i, s) in lay.distinct:
                 # per partition only where checked per partition: else unknown, not zero

@@ -47,12 +47,12 @@ def metric_value(agg: Aggregation, parts: Mapping[str, Any]) -> Any:
 def combine_metric(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Combine per-partition partials into window partials (sum/count add, min/max fold)."""
     out: dict[str, Any] = {"sum": None, "count": 0, "min": None, "max": None, "cd": None,
-                           **dict.fromkeys(NONFINITE_KINDS, 0)}
+                           "overflow": 0, **dict.fromkeys(NONFINITE_KINDS, 0)}
     for r in rows:
         for how in ("sum", "min", "max"):
             out[how] = fold_partial(how, out[how], r.get(how))
         out["count"] += r.get("count") or 0
-        for kind in NONFINITE_KINDS:
+        for kind in (*NONFINITE_KINDS, "overflow"):
             out[kind] += r.get(kind) or 0
         if r.get("cd") is not None:
             out["cd"] = (out["cd"] or 0) + r["cd"]
@@ -246,6 +246,18 @@ def _metric_pair(m: MetricSpec, ref: str, label: str, exp_parts: Mapping[str, An
     by_kind = {ref: _by_kind(exp_parts), "shadow": _by_kind(got_parts)}
     nonfinite = {side: sum(c.values()) for side, c in by_kind.items()}
     where = f" in partition {partition}" if partition else ""
+    overflow = {side: int(parts.get("overflow") or 0)
+                for side, parts in ((ref, exp_parts), ("shadow", got_parts))}
+    if any(overflow.values()):
+        sides = " and ".join(f"the {side} ({n} group(s))" for side, n in overflow.items() if n)
+        return [GateResult(
+            gate=name, check_type=kind, passed=False,
+            measured={"value": measured, "overflowed_groups": overflow}, expected=expected,
+            threshold=threshold.describe(), partition=partition,
+            reason=(f"{label}{where}: the decimal sum overflowed decimal(38, s) on {sides}, so "
+                    f"the total is not known (Spark's sum is null there); sum the expression "
+                    f"cast to fewer fractional digits on both sides, e.g. "
+                    f"CAST(x AS DECIMAL(38, 6))"))]
     if m.nan is NanRule.EXCLUDE:
         same = by_kind[ref] == by_kind["shadow"]
         ref_expr = m.source_expr if ref == "source" else m.shadow_expr

@@ -69,6 +69,12 @@ class _Layout:
         driver's OS time zone. A ``timestamp_ntz`` stays a wall-clock value."""
         return isinstance(self.metric_type(i, side), T.TimestampType)
 
+    def wide_decimal(self, i: int, side: int) -> bool:
+        """Metric ``i``'s input on ``side`` is a decimal of more than 18 digits: Spark sums it
+        as a ``decimal(38, s)``, which can overflow."""
+        dt = self.metric_type(i, side)
+        return isinstance(dt, T.DecimalType) and dt.precision > 18
+
     def decimal_scale(self, i: int, side: int) -> int | None:
         """Scale of a decimal of up to 18 digits that metric ``i`` sums as two longs: Spark's own
         decimal sum widens to 28 digits, which it stores as bytes and updates slowly."""

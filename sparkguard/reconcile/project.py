@@ -153,6 +153,12 @@ def _side_row(lay: _Layout, side: int) -> Column:
     return (n == 1) & (F.col(_TAG) == _TAG_KEY) if lay.tagged else n == 1
 
 
+def _overflowed(value: Column) -> Column:
+    """1 where the decimal sum of the non-null ``value`` overflowed (``try_sum`` is null), else
+    0: an aggregate."""
+    return F.when(F.try_sum(value).isNull() & (F.count(value) > 0), F.lit(1)).otherwise(F.lit(0))
+
+
 def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[Column]:
     """Level-1 aggregates over projected rows (only for the columns present). Equal aggregate
     expressions under two names (a float column's per-side sum serving as a metric's sum, a
@@ -201,6 +207,10 @@ def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[
                     if part == "sum" and lay.decimal_scale(i, s) is not None:
                         aggs += [F.sum(F.shiftright(v, 32)).alias(f"{name}_sum_dhi"),
                                  F.sum(v.bitwiseAND(F.lit(_LOW32))).alias(f"{name}_sum_dlo")]
+                    elif part == "sum" and lay.wide_decimal(i, s):
+                        # null on overflow whatever spark.sql.ansi.enabled; counted, never lost
+                        aggs += [F.try_sum(v).alias(f"{name}_sum"),
+                                 _overflowed(v).alias(f"{name}_ovf")]
                     else:
                         fn = {"sum": F.sum, "min": F.min, "max": F.max}[part]
                         aggs.append(fn(v).alias(f"{name}_{part}"))

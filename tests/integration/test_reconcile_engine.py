@@ -390,6 +390,32 @@ def test_wide_decimal_sums_stay_exact(spark: Any) -> None:
     assert res.preview is not None and (res.preview.changed, res.preview.inserted) == (1, 1)
 
 
+@pytest.mark.parametrize("ansi", ["false", "true"])
+def test_an_overflowed_decimal_sum_fails_the_gate(spark: Any, ansi: str) -> None:
+    """Two decimal(38, 18) amounts of 6e19 sum past decimal(38, 18)'s 1e20: Spark's sum is null
+    (ANSI off) or an error (ANSI on). The gate fails naming the overflow, on the unkeyed source
+    (folded per partition) and on the keyed shadow (folded over keys), in both modes."""
+    big = Decimal("60000000000000000000.000000000000000001")
+    schema = "p date, k int, v decimal(38,18)"
+    rows = [(DAYS[0], 1, big), (DAYS[0], 2, big), (DAYS[1], 3, Decimal(1))]
+    frame = spark.createDataFrame(rows, schema)
+    m = MetricSpec("wei", Aggregation.SUM, "v", "v", ThresholdSpec(percent=0.0), per_partition=True)
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), metrics=(m,))
+    old = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", ansi)
+    try:
+        res = reconcile(spec, shadow=frame, source=frame, partitions=list(DAYS[:2]),
+                        preview=False)
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", old)
+    gates = {g.partition: g for g in res.gates if g.gate == "metric_reconciliation[wei]"}
+    assert not gates[None].passed and not gates[str(DAYS[0])].passed
+    assert gates[None].measured["overflowed_groups"] == {"source": 1, "shadow": 1}
+    assert "overflowed" in gates[None].reason
+    assert gates[str(DAYS[1])].passed and gates[str(DAYS[1])].expected == Decimal(1)
+
+
 def test_slice_gates_without_preview_keep_the_target_not_null_contract(spark: Any) -> None:
     """``preview=False`` (a slice): no change preview, but a column NOT NULL in the target is
     still checked on the shadow's values; without a source there is nothing to gate against."""

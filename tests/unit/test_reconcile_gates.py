@@ -131,7 +131,7 @@ def test_metric_partials_fold_and_finish() -> None:
                             {"sum": None, "count": 0, "min": None, "max": None},
                             {"sum": Decimal("2.5"), "count": 1, "min": -1, "max": 4}])
     assert parts == {"sum": Decimal("12.5"), "count": 3, "min": -1, "max": 7, "cd": None,
-                     "nan": 0, "posinf": 0, "neginf": 0}
+                     "overflow": 0, "nan": 0, "posinf": 0, "neginf": 0}
     assert metric_value(Aggregation.SUM, parts) == Decimal("12.5")
     assert metric_value(Aggregation.AVG, parts) == pytest.approx(12.5 / 3)
     assert metric_value(Aggregation.MIN, parts) == -1
@@ -473,3 +473,16 @@ def test_guard_names_not_null_columns_a_table_lacks() -> None:
     assert [p for p, _m, _f in not_null_findings(t, "targets[0]", ["order_id", "amount"], "x",
                                                  complete=False)] == [
         "targets[0].contract.not_null[0]"]
+
+
+def test_an_overflowed_decimal_sum_fails_instead_of_vanishing() -> None:
+    """Spark's decimal(38, s) sum is null on overflow; a null partial used to be an empty one,
+    so that group dropped out of the total (and None vs None passed)."""
+    m = MetricSpec("wei", Aggregation.SUM, "v", "v", ThresholdSpec(percent=0.0), per_partition=True)
+    rows = [metric_row("d1", {"sum": None, "overflow": 1}, {"sum": None, "overflow": 1}),
+            metric_row("d2", {"sum": Decimal(5)}, {"sum": Decimal(5)})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    window, d1, d2 = gates
+    assert not window.passed and not d1.passed and d2.passed
+    assert window.measured["overflowed_groups"] == {"source": 1, "shadow": 1}
+    assert "overflowed decimal(38, s) on the source (1 group(s)) and the shadow" in window.reason
