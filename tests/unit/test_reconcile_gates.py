@@ -486,3 +486,17 @@ def test_an_overflowed_decimal_sum_fails_instead_of_vanishing() -> None:
     assert not window.passed and not d1.passed and d2.passed
     assert window.measured["overflowed_groups"] == {"source": 1, "shadow": 1}
     assert "overflowed decimal(38, s) on the source (1 group(s)) and the shadow" in window.reason
+
+
+def test_markdown_evidence_shows_kind_counts_and_overflows() -> None:
+    from sparkguard.evidence_md import _measured
+
+    m = MetricSpec("m", Aggregation.SUM, "x", "x", ThresholdSpec(percent=0.0), nan=NanRule.EXCLUDE)
+    rows = [metric_row("d1", {"sum": 1.0, "posinf": 1}, {"sum": 1.0, "neginf": 1})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert _measured(gates[1].to_dict()["measured"]) == "NaN 0, +inf 0, -inf 1"
+    wide = MetricSpec("w", Aggregation.SUM, "v", "v", ThresholdSpec(percent=0.0))
+    rows = [metric_row("d1", {"sum": None, "overflow": 2}, {"sum": Decimal(1)})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(wide,)), rows, True)
+    assert _measured(gates[0].to_dict()["measured"]) == \
+        "1 (decimal sum overflowed, groups: source 2, shadow 0)"
