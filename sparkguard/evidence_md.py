@@ -30,6 +30,11 @@ def _measured(value: Any) -> str:
     if isinstance(value, dict) and "nan_or_infinite_rows" in value:
         rows = ", ".join(f"{k} {v}" for k, v in value["nan_or_infinite_rows"].items())
         return f"{value['value']} (NaN or infinite input rows: {rows})"
+    if isinstance(value, dict) and "overflowed_groups" in value:
+        groups = ", ".join(f"{k} {v}" for k, v in value["overflowed_groups"].items())
+        return f"{value['value']} (decimal sum overflowed, groups: {groups})"
+    if isinstance(value, dict) and isinstance(value.get("value"), dict):  # NaN/+inf/-inf rows
+        return ", ".join(f"{k} {v}" for k, v in value["value"].items())
     if isinstance(value, dict) and "value" in value:
         pct = value.get("pct_diff")
         return f"{value['value']} (diff {value.get('abs_diff')}, {pct}%)"

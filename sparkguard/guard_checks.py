@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sparkguard.guard_findings import Collector
 from sparkguard.guard_paths import placeholder_rules
-from sparkguard.plan.model import BackfillPlan, Check, CheckType
+from sparkguard.plan.model import BackfillPlan, Check, CheckType, TargetSpec
+from sparkguard.reconcile.spec import unknown_column_reason, unknown_columns
 
-__all__ = ["check_rules"]
+__all__ = ["check_rules", "not_null_findings"]
 
 
 _IGNORED: dict[CheckType, tuple[str, ...]] = {
@@ -22,6 +25,11 @@ def check_rules(plan: BackfillPlan, c: Collector) -> None:
     """The plan's checks and each target's own checks and reference query."""
     _check_list(plan, plan.validation.checks, "validation.checks", c)
     for j, t in enumerate(plan.target_specs()):
+        declared = [cc.name for cc in t.contract.columns]
+        if declared:  # a partial list: only a name in another case is known to be wrong
+            for path, msg, fix in not_null_findings(t, f"targets[{j}]", declared,
+                                                    "contract.columns", complete=False):
+                c.add("contract_column_unknown", path, msg, fix)
         if t.validation is None:
             continue
         if t.validation.checks:
@@ -83,3 +91,20 @@ def _check(plan: BackfillPlan, path: str, k: Check, c: Collector) -> None:
                 c.add("keys_mismatch", f"targets[{j}].business_keys",
                       f"duplicate_check keys {k.key_columns} differ from business_keys "
                       f"{t.business_keys}", "align them (each extra key set costs one more pass)")
+
+
+def not_null_findings(t: TargetSpec, path: str, columns: Sequence[str], what: str,
+                      complete: bool = True) -> list[tuple[str, str, str]]:
+    """(path, message, fix) for each ``contract.not_null`` name of ``t`` (at ``path``) that is
+    not exactly one of ``columns`` (those of ``what``): in another case, or, when ``columns``
+    is ``complete`` (a table's), missing. The run would fail its not-null gate on them; the live
+    guard refuses them before anything is written."""
+    unknown = unknown_columns(t.contract.not_null, columns)
+    out = []
+    for k, name in enumerate(t.contract.not_null):
+        if name not in unknown or (unknown[name] is None and not complete):
+            continue
+        near = unknown[name]
+        fix = f"write {near!r}" if near else f"use one of {sorted(columns)[:20]}"
+        out.append((f"{path}.contract.not_null[{k}]", unknown_column_reason(name, near, what), fix))
+    return out

@@ -52,6 +52,8 @@ RULES: dict[str, tuple[Severity, str]] = {
     "check_duplicated": (Severity.BLOCK, "row_count_parity twice or a metric name twice"),
     "check_field_ignored": (Severity.WARN, "a check field that its type does not use"),
     "keys_mismatch": (Severity.WARN, "duplicate_check keys differ from business_keys"),
+    "contract_column_unknown": (Severity.BLOCK, "contract.not_null names a contract.columns "
+                                "column in another case"),
     "target_incomplete": (Severity.BLOCK, "a target given as a bare name (seed shape)"),
     "target_duplicated": (Severity.BLOCK, "a target or target name listed twice"),
     "source_is_target": (Severity.BLOCK, "the source of truth is also a target"),

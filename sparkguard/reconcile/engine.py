@@ -41,13 +41,21 @@ from pyspark.sql import DataFrame
 
 from sparkguard.plan.model import Aggregation
 from sparkguard.reconcile.distinct import _distinct_counts, _distinct_frame
-from sparkguard.reconcile.gates import build_gates
+from sparkguard.reconcile.gates import build_gates, utc_instant
 from sparkguard.reconcile.hashing import columns_of, row_hash, table_fingerprint
-from sparkguard.reconcile.layout import _SIDE_NAMES, SHADOW, SOURCE, TARGET, _Layout, _layout
+from sparkguard.reconcile.layout import (
+    _SIDE_NAMES,
+    NONFINITE_KINDS,
+    SHADOW,
+    SOURCE,
+    TARGET,
+    _Layout,
+    _layout,
+)
 from sparkguard.reconcile.levels import _fold_groups, _verdict_frame
 from sparkguard.reconcile.project import _project as _project  # re-exported: tests reach it here
 from sparkguard.reconcile.samples import _change_sample, _dup_sample, _fetch, _pick_samples, same_value
-from sparkguard.reconcile.spec import ReconcileSpec
+from sparkguard.reconcile.spec import ReconcileSpec, unknown_columns
 from sparkguard.reconcile.verdicts import EXACT, ChangePreview, ReconcileResult
 
 __all__ = ["SHADOW", "SOURCE", "TARGET", "columns_of", "reconcile", "row_hash", "same_value",
@@ -69,6 +77,7 @@ def reconcile(spec: ReconcileSpec, *, shadow: DataFrame, target: DataFrame | Non
     timestamps (as instants) and strings (trailing spaces included, unless
     ``ignore_trailing_spaces``) exactly.
     """
+    unknown = unknown_columns(spec.not_null, shadow.columns)  # each fails its gate
     spec = _with_target_not_null(spec, shadow, target)
     if not preview:
         if source is None:
@@ -79,14 +88,15 @@ def reconcile(spec: ReconcileSpec, *, shadow: DataFrame, target: DataFrame | Non
     l2_rows = _fold_groups(lay, [r.asDict() for r in l2.collect()])  # a few per partition
     cd = _distinct_frame(spec, lay, {SOURCE: source, SHADOW: shadow, TARGET: target})
     distinct = _distinct_counts(lay, [r.asDict() for r in cd.collect()] if cd is not None else [])
-    return _result(spec, lay, l2_rows, distinct, shadow, target, source, partitions, scope)
+    return _result(spec, lay, l2_rows, distinct, shadow, target, source, partitions, scope,
+                   unknown)
 
 
 def _with_target_not_null(spec: ReconcileSpec, shadow: DataFrame,
                           target: DataFrame | None) -> ReconcileSpec:
     """Columns NOT NULL in the target must hold no null in the shadow either (checked on values:
     a Delta shadow written from a query has nullable columns whatever the data)."""
-    present = [c for c in spec.not_null if c in shadow.columns]  # missing: the schema gate says so
+    present = [c for c in spec.not_null if c in shadow.columns]  # missing: a failing gate
     extra = [f.name for f in (target.schema.fields if target is not None else [])
              if not f.nullable and f.name in shadow.columns and f.name not in present]
     return replace(spec, not_null=(*present, *extra))
@@ -98,7 +108,8 @@ def _with_target_not_null(spec: ReconcileSpec, shadow: DataFrame,
 def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]],
             distinct: tuple[dict[tuple[int, int], int], dict[tuple[int, int, Any], int]],
             shadow: DataFrame, target: DataFrame | None, source: DataFrame | None,
-            partitions: Sequence[object] | None, scope: str) -> ReconcileResult:
+            partitions: Sequence[object] | None, scope: str,
+            unknown_not_null: Mapping[str, str | None]) -> ReconcileResult:
     alt_dups: dict[int, int] = {}
     per_part: dict[Any, dict[str, Any]] = {}
     for r in l2_rows:
@@ -111,7 +122,8 @@ def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]],
     order = list(dict.fromkeys([*wanted, *sorted(per_part, key=str)]))
     rows = [_gate_row(spec, lay, part, per_part.get(part, {}), distinct) for part in order]
     extra = {what: alt_dups.get(t, 0) for t, what in lay.alt_dups}
-    stats, gates = build_gates(spec, rows, source is not None, extra, target is not None)
+    stats, gates = build_gates(spec, rows, source is not None, extra, target is not None,
+                               unknown_not_null)
     samples = _pick_samples(lay, per_part, spec.sample_size)
     fetched = _fetch(lay, samples, shadow, target, source)
     preview = None
@@ -151,10 +163,13 @@ def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any]
     for i, m in enumerate(spec.metrics):
         for s in (SOURCE, SHADOW, TARGET):
             name = f"m{i}_{_SIDE_NAMES[s]}"
+            low, high = r.get(f"__sg_m{i}_{s}_min"), r.get(f"__sg_m{i}_{s}_max")
+            if lay.instant(i, s):  # unix_micros
+                low, high = utc_instant(low), utc_instant(high)
             parts = {"count": int(r.get(f"__sg_m{i}_{s}_count") or 0),
-                     "sum": _sum_of(lay, r, i, s), "min": r.get(f"__sg_m{i}_{s}_min"),
-                     "max": r.get(f"__sg_m{i}_{s}_max"), "cd": None,
-                     "nonfinite": int(r.get(f"__sg_m{i}_{s}_nonfin") or 0)}
+                     "sum": _sum_of(lay, r, i, s), "min": low, "max": high, "cd": None,
+                     "overflow": int(r.get(f"__sg_m{i}_{s}_ovf") or 0),
+                     **{k: int(r.get(f"__sg_m{i}_{s}_{k}") or 0) for k in NONFINITE_KINDS}}
             if m.aggregation is Aggregation.COUNT_DISTINCT and (i, s) in lay.distinct:
                 # per partition only where checked per partition: else unknown, not zero
                 parts["cd"] = distinct[1].get((i, s, part), 0) if m.per_partition else None

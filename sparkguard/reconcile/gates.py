@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 from sparkguard.plan.model import Aggregation, NanRule
-from sparkguard.reconcile.spec import MetricSpec, ReconcileSpec, ThresholdSpec
+from sparkguard.reconcile.spec import MetricSpec, ReconcileSpec, ThresholdSpec, unknown_column_reason
 from sparkguard.reconcile.verdicts import (
+    EXACT,
+    NONFINITE_KINDS,
     GateResult,
     PartitionStats,
     deviation,
     fold_partial,
     judge,
+    within,
 )
 
-__all__ = ["SIDES", "build_gates", "combine_metric", "metric_value"]
+__all__ = ["SIDES", "build_gates", "combine_metric", "metric_value", "utc_instant"]
 
 SIDES = ("source", "shadow", "target")
 _EPOCH_DAY = dt.date(1970, 1, 1).toordinal()
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def metric_value(agg: Aggregation, parts: Mapping[str, Any]) -> Any:
@@ -42,29 +47,39 @@ def metric_value(agg: Aggregation, parts: Mapping[str, Any]) -> Any:
 def combine_metric(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Combine per-partition partials into window partials (sum/count add, min/max fold)."""
     out: dict[str, Any] = {"sum": None, "count": 0, "min": None, "max": None, "cd": None,
-                           "nonfinite": 0}
+                           "overflow": 0, **dict.fromkeys(NONFINITE_KINDS, 0)}
     for r in rows:
         for how in ("sum", "min", "max"):
             out[how] = fold_partial(how, out[how], r.get(how))
         out["count"] += r.get("count") or 0
-        out["nonfinite"] += r.get("nonfinite") or 0
+        for kind in (*NONFINITE_KINDS, "overflow"):
+            out[kind] += r.get(kind) or 0
         if r.get("cd") is not None:
             out["cd"] = (out["cd"] or 0) + r["cd"]
     return out
 
 
 def _num(v: Any) -> float | int | Decimal | None:
-    """A metric value as a number: timestamps in epoch seconds, dates in days, so that min/max
-    of time columns compare (an absolute threshold is then in seconds or days)."""
+    """A metric value as a number: timestamps in epoch seconds (exact to the microsecond), dates
+    in days, so that min/max of time columns compare (an absolute threshold is then in seconds
+    or days). A naive datetime is a ``timestamp_ntz``, compared as wall-clock time."""
     if v is None:
         return None
     if isinstance(v, dt.datetime):
-        if v.tzinfo is not None:
-            return v.timestamp()
-        return (v - dt.datetime(1970, 1, 1)).total_seconds()
+        epoch = _EPOCH_UTC if v.tzinfo is not None else _EPOCH_UTC.replace(tzinfo=None)
+        return Decimal(_micros(v - epoch)).scaleb(-6)
     if isinstance(v, dt.date):
-        return float(v.toordinal() - _EPOCH_DAY)
+        return v.toordinal() - _EPOCH_DAY
     return v if isinstance(v, int | Decimal) else float(v)  # exact ones subtract exactly
+
+
+def utc_instant(micros: int | None) -> dt.datetime | None:
+    """A ``timestamp``'s ``unix_micros`` as an aware UTC datetime (whatever the driver's zone)."""
+    return None if micros is None else _EPOCH_UTC + dt.timedelta(microseconds=int(micros))
+
+
+def _micros(d: dt.timedelta) -> int:
+    return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
 
 
 def _comparable(v: Any) -> bool:
@@ -75,14 +90,17 @@ def _comparable(v: Any) -> bool:
 
 def _compare_gate(name: str, check_type: str, expected: Any, measured: Any, thr: ThresholdSpec,
                   what: str, partition: str | None = None) -> GateResult:
-    if not (_comparable(expected) and _comparable(measured)):
-        same = expected == measured
-        absolute, percent = (0.0, 0.0) if same else (float("inf"), float("inf"))
-    else:
-        absolute, percent = deviation(_num(expected), _num(measured))
-    ok = judge(absolute, percent, thr.percent, thr.absolute)
+    if _comparable(expected) and _comparable(measured):
+        exp_n, got_n = _num(expected), _num(measured)
+        absolute, percent = deviation(exp_n, got_n)
+        ok = within(exp_n, got_n, thr.percent, thr.absolute)
+    else:  # strings: equal or not, whatever the threshold
+        ok = expected == measured
+        absolute, percent = (0.0, 0.0) if ok else (math.inf, math.inf)
     where = f" in partition {partition}" if partition else ""
     verb = "within" if ok else "exceeds"
+    if ok and math.isinf(percent):
+        verb = "(no percent of 0: the absolute bound decides) within"
     reason = (f"{what}{where}: expected {expected}, got {measured}; deviation {absolute:g} "
               f"({percent:.4g}%) {verb} threshold {thr.describe()}")
     return GateResult(gate=name, check_type=check_type, passed=ok,
@@ -93,9 +111,11 @@ def _compare_gate(name: str, check_type: str, expected: Any, measured: Any, thr:
 
 def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_source: bool,
                 extra_duplicates: Mapping[tuple[str, ...], int] | None = None,
-                has_target: bool = False) -> tuple[list[PartitionStats], list[GateResult]]:
+                has_target: bool = False, unknown_not_null: Mapping[str, str | None] | None = None
+                ) -> tuple[list[PartitionStats], list[GateResult]]:
     """Gates from per-partition rows; with ``has_target``, also the drift gates (current
-    target against the shadow) of the metrics that ask for one.
+    target against the shadow) of the metrics that ask for one. ``unknown_not_null``: not-null
+    names the shadow has no column for (each with its near match in another case); each fails.
 
     Each row: ``partition`` (str), ``rows_<side>``, ``dup_shadow``, ``dup_source``,
     ``null_<col>``, and for each metric ``m<i>_<side>`` a dict of partials.
@@ -129,12 +149,12 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
                                            getattr(s, f"rows_{ref}"), s.rows_shadow,
                                            spec.row_count, f"shadow rows vs {ref} rows",
                                            s.partition))
+    rows_shadow = sum(s.rows_shadow for s in stats)
     if spec.duplicate_check is not None:
         dups = sum(s.duplicate_keys_shadow for s in stats)
-        rows_shadow = sum(s.rows_shadow for s in stats)
         thr = spec.duplicate_check
         pct = dups / rows_shadow * 100.0 if rows_shadow else 0.0
-        ok = judge(float(dups), pct, thr.percent, thr.absolute)
+        ok = _duplicates_ok(dups, rows_shadow, thr)
         keys = ", ".join(spec.business_keys)
         gates.append(GateResult(
             gate="duplicate_check", check_type="duplicate_check", passed=ok,
@@ -143,13 +163,15 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
             reason=(f"{dups} business key(s) ({keys}) occur more than once in the shadow; "
                     f"threshold {thr.describe()}"),
             details={"source_duplicate_keys": sum(s.duplicate_keys_source for s in stats)}))
-        for cols, n in (extra_duplicates or {}).items():
-            ok = judge(float(n), n / rows_shadow * 100.0 if rows_shadow else 0.0,
-                       thr.percent, thr.absolute)
-            gates.append(GateResult(
-                gate=f"duplicate_check[{','.join(cols)}]", check_type="duplicate_check",
-                passed=ok, measured={"duplicate_keys": n}, threshold=thr.describe(), expected=0,
-                reason=f"{n} key(s) ({', '.join(cols)}) occur more than once in the shadow"))
+    rows_shadow = sum(s.rows_shadow for s in stats)
+    for cols, n in (extra_duplicates or {}).items():
+        thr = spec.extra_duplicate_threshold(cols)
+        gates.append(GateResult(
+            gate=f"duplicate_check[{','.join(cols)}]", check_type="duplicate_check",
+            passed=_duplicates_ok(n, rows_shadow, thr), measured={"duplicate_keys": n},
+            threshold=thr.describe(), expected=0,
+            reason=(f"{n} key(s) ({', '.join(cols)}) occur more than once in the shadow; "
+                    f"threshold {thr.describe()}")))
     for i, m in enumerate(spec.metrics):
         gates.extend(_metric_gates(i, m, rows, stats, ref))
         if m.drift is not None and has_target and ref != "target":
@@ -160,7 +182,19 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
             gate=f"not_null[{col}]", check_type="nullability_contract", passed=n == 0,
             measured=n, threshold=0, expected=0,
             reason=f"{n} null value(s) in non-null column {col!r} of the shadow"))
+    for col, near in (unknown_not_null or {}).items():
+        gates.append(GateResult(
+            gate=f"not_null[{col}]", check_type="nullability_contract", passed=False,
+            measured=None, threshold=0, expected=0,
+            reason=f"{unknown_column_reason(col, near, 'the shadow')}; fix contract.not_null"))
     return stats, gates
+
+
+def _duplicates_ok(n: int, rows: int, thr: ThresholdSpec) -> bool:
+    """``n`` duplicate keys among ``rows`` shadow rows within ``thr`` (percent of the rows),
+    exactly."""
+    pct = EXACT.divide(Decimal(n * 100), Decimal(rows)) if rows else Decimal(0)
+    return judge(Decimal(n), pct, thr.percent, thr.absolute)
 
 
 def _metric_gates(i: int, m: MetricSpec, rows: Sequence[Mapping[str, Any]],
@@ -184,39 +218,70 @@ def _metric_gates(i: int, m: MetricSpec, rows: Sequence[Mapping[str, Any]],
     return out
 
 
+_KIND_LABELS = {"nan": "NaN", "posinf": "+inf", "neginf": "-inf"}
+
+
+def _by_kind(parts: Mapping[str, Any]) -> dict[str, int]:
+    """NaN, +inf and -inf input rows of one side, labelled."""
+    return {label: int(parts.get(k) or 0) for k, label in _KIND_LABELS.items()}
+
+
+def _shown(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{label} {n}" for label, n in counts.items() if n) or "none"
+
+
 def _metric_pair(m: MetricSpec, ref: str, label: str, exp_parts: Mapping[str, Any],
                  got_parts: Mapping[str, Any], partition: str | None, drift: bool = False
                  ) -> list[GateResult]:
     """The metric's gate (window or one partition) under the NaN rule: with ``nan: fail`` a NaN
     or infinite input on either side fails it; with ``nan: exclude`` the values are over finite
-    inputs and the NaN/infinite row counts get a gate of their own. ``drift``: the gate of the
-    move from the current target to the shadow, under the drift threshold."""
+    inputs and the NaN, +inf and -inf row counts get a gate of their own, compared per kind.
+    ``drift``: the gate of the move from the current target to the shadow, under the drift
+    threshold."""
     name = f"metric_{'drift' if drift else 'reconciliation'}[{m.name}]"
     threshold = m.drift if drift and m.drift is not None else m.threshold
     kind = "metric_drift" if drift else "metric_reconciliation"
     expected = metric_value(m.aggregation, exp_parts)
     measured = metric_value(m.aggregation, got_parts)
-    nonfinite = {ref: int(exp_parts.get("nonfinite") or 0),
-                 "shadow": int(got_parts.get("nonfinite") or 0)}
+    by_kind = {ref: _by_kind(exp_parts), "shadow": _by_kind(got_parts)}
+    nonfinite = {side: sum(c.values()) for side, c in by_kind.items()}
+    where = f" in partition {partition}" if partition else ""
+    overflow = {side: int(parts.get("overflow") or 0)
+                for side, parts in ((ref, exp_parts), ("shadow", got_parts))}
+    if any(overflow.values()):
+        sides = " and ".join(f"the {side} ({n} group(s))" for side, n in overflow.items() if n)
+        return [GateResult(
+            gate=name, check_type=kind, passed=False,
+            measured={"value": measured, "overflowed_groups": overflow}, expected=expected,
+            threshold=threshold.describe(), partition=partition,
+            reason=(f"{label}{where}: the decimal sum overflowed decimal(38, s) on {sides}, so "
+                    f"the total is not known (Spark's sum is null there); sum the expression "
+                    f"cast to fewer fractional digits on both sides, e.g. "
+                    f"CAST(x AS DECIMAL(38, 6))"))]
     if m.nan is NanRule.EXCLUDE:
+        same = by_kind[ref] == by_kind["shadow"]
+        ref_expr = m.source_expr if ref == "source" else m.shadow_expr
+        counts = GateResult(
+            gate=f"{name}.nan_or_infinite_rows", check_type=kind, passed=same,
+            measured={"value": by_kind["shadow"]}, expected=by_kind[ref], threshold="exact",
+            partition=partition,
+            reason=(f"NaN, +inf and -inf rows of {m.shadow_expr} in the shadow "
+                    f"({_shown(by_kind['shadow'])}) vs {ref_expr} in the {ref} "
+                    f"({_shown(by_kind[ref])}){where}: "
+                    f"{'equal' if same else 'differ'} (compared exactly, per kind)"))
         return [_compare_gate(name, kind, expected, measured, threshold,
-                              f"{label} (finite values)", partition),
-                _compare_gate(f"{name}.nan_or_infinite_rows", kind,
-                              nonfinite[ref], nonfinite["shadow"], ThresholdSpec(),
-                              f"NaN or infinite rows of {m.shadow_expr} in the shadow vs "
-                              f"{m.source_expr if ref == 'source' else m.shadow_expr} in the "
-                              f"{ref}", partition)]
+                              f"{label} (finite values)", partition), counts]
     if not any(nonfinite.values()):
         return [_compare_gate(name, kind, expected, measured, threshold,
                               label, partition)]
-    where = f" in partition {partition}" if partition else ""
-    sides = " and ".join(f"the {side} has {n} NaN or infinite input row(s)"
-                         for side, n in nonfinite.items() if n)
+    sides = " and ".join(f"the {side} has {n} NaN or infinite input row(s) "
+                         f"({_shown(by_kind[side])})" for side, n in nonfinite.items() if n)
     return [GateResult(
         gate=name, check_type=kind, passed=False,
-        measured={"value": measured, "nan_or_infinite_rows": nonfinite},
+        measured={"value": measured, "nan_or_infinite_rows": nonfinite,
+                  "by_kind": by_kind},
         expected=expected, threshold=threshold.describe(), partition=partition,
         reason=(f"{label}{where}: {sides}, so the {m.aggregation.value} is not a number that "
                 f"can be compared (a NaN or infinite total hides every other difference); fix "
                 f"those rows, or set `nan: exclude` on this check to compare the finite values "
-                f"and the NaN/infinite row counts separately"))]
+                f"and the NaN/+inf/-inf row counts separately"))]

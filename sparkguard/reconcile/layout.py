@@ -16,8 +16,9 @@ from pyspark.sql import types as T
 
 from sparkguard.plan.model import Aggregation, NanRule
 from sparkguard.reconcile.spec import ReconcileSpec
+from sparkguard.reconcile.verdicts import NONFINITE_KINDS
 
-__all__ = ["SHADOW", "SOURCE", "TARGET"]
+__all__ = ["NONFINITE_KINDS", "SHADOW", "SOURCE", "TARGET"]
 
 SOURCE, SHADOW, TARGET = 0, 1, 2
 _SIDE_NAMES = {SOURCE: "source", SHADOW: "shadow", TARGET: "target"}
@@ -61,6 +62,18 @@ class _Layout:
         """Shadow and target feed metric ``i`` through one column (same type on both sides)."""
         shadow = self.metric_type(i, SHADOW)
         return self.has_target and shadow is not None and shadow == self.metric_type(i, TARGET)
+
+    def instant(self, i: int, side: int) -> bool:
+        """Metric ``i``'s input on ``side`` is a ``timestamp`` (an instant): its min and max are
+        taken over ``unix_micros``, since pyspark turns a timestamp into a naive datetime in the
+        driver's OS time zone. A ``timestamp_ntz`` stays a wall-clock value."""
+        return isinstance(self.metric_type(i, side), T.TimestampType)
+
+    def wide_decimal(self, i: int, side: int) -> bool:
+        """Metric ``i``'s input on ``side`` is a decimal of more than 18 digits: Spark sums it
+        as a ``decimal(38, s)``, which can overflow."""
+        dt = self.metric_type(i, side)
+        return isinstance(dt, T.DecimalType) and dt.precision > 18
 
     def decimal_scale(self, i: int, side: int) -> int | None:
         """Scale of a decimal of up to 18 digits that metric ``i`` sums as two longs: Spark's own
@@ -200,14 +213,15 @@ def _bits(spec: ReconcileSpec, lay: _Layout) -> list[tuple[str, str, str]]:
     """One-bit inputs, packed 62 to a long: (``null``, not-null column, ``1``), (``count``,
     expression, code) -- a count (and an average's count) needs only whether its input is null,
     and metrics counting one expression share its bit -- (``finite``, ...) for the counts of
-    metrics excluding NaN and infinities, and (``nonfinite``, ...) where a sum, average, min or
-    max has a float input: its NaN and infinite rows are counted on every side."""
+    metrics excluding NaN and infinities, and (``nan``, ...), (``posinf``, ...), (``neginf``, ...)
+    where a sum, average, min or max has a float input: its NaN, +inf and -inf rows are counted
+    apart on every side."""
     bits = [("null", c, "1") for c in spec.not_null]
     for i, m in enumerate(spec.metrics):
         for code in _codes(lay, i):
             if m.aggregation in (Aggregation.COUNT, Aggregation.AVG):
                 bits.append(_count_bit(spec, lay, i, code))
             if m.aggregation in _NAN_RULED and _float_code(lay, i, code):
-                bits.append(("nonfinite", _expr_of(spec, i, code), code))
+                bits += [(kind, _expr_of(spec, i, code), code) for kind in NONFINITE_KINDS]
     return list(dict.fromkeys(bits))
 

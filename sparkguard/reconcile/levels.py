@@ -29,7 +29,7 @@ from sparkguard.reconcile.layout import (
     _fold_how,
     _Layout,
 )
-from sparkguard.reconcile.project import _group_columns, _l1_aggs, _project
+from sparkguard.reconcile.project import _group_columns, _l1_aggs, _overflowed, _project
 from sparkguard.reconcile.spec import ReconcileSpec
 from sparkguard.reconcile.verdicts import fold_partial
 
@@ -100,10 +100,21 @@ def _l2_frame(spec: ReconcileSpec, lay: _Layout, l1: DataFrame) -> DataFrame:
             F.sum("__sg_n2").alias("__sg_n2")]
     aggs += [F.sum(F.shiftright(F.col(f"__sg_x{j // 62}"), j % 62).bitwiseAND(F.lit(1)))
              .alias(f"chg_{j}") for j in range(len(changed))]
-    aggs += [_fold(c) for c in partials]
+    aggs += [_fold_partial(c, partials) for c in partials]
     aggs += [F.min(F.when(F.col("__sg_b") == b, F.col("__sg_v"))).alias(f"__sg_s{b}")
              for b in range(_BUCKETS)]
     return classified.groupBy(lay.p, "__sg_t", "__sg_k", "__sg_d").agg(*aggs)
+
+
+def _fold_partial(name: str, partials: Sequence[str]) -> Column:
+    """A level-1 partial folded; a wide decimal's sum with ``try_sum``, its overflow count
+    adding the groups whose fold overflows here."""
+    if name.endswith("_ovf"):
+        total = name[:-len("_ovf")] + "_sum"
+        return (F.sum(name) + _overflowed(F.col(total))).alias(name)
+    if name.endswith("_sum") and f"{name[:-len('_sum')]}_ovf" in partials:
+        return F.try_sum(name).alias(name)
+    return _fold(name)
 
 
 def _fold_groups(lay: _Layout, groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

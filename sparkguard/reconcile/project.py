@@ -22,6 +22,7 @@ from sparkguard.reconcile.layout import (
     _TAG_KEY,
     _TAG_SOURCE,
     _TARGET_ONE,
+    NONFINITE_KINDS,
     SHADOW,
     SOURCE,
     TARGET,
@@ -50,8 +51,11 @@ def _flag(kind: str, what: str) -> Column:
     if kind == "null":
         return column(what).isNull()
     value = F.expr(what)
-    if kind == "nonfinite":
-        return _nonfinite(value)
+    if kind == "nan":
+        return F.coalesce(F.isnan(value), F.lit(False))
+    if kind in ("posinf", "neginf"):
+        return F.coalesce(value == F.lit(float("inf") if kind == "posinf" else float("-inf")),
+                          F.lit(False))
     if kind == "finite":
         return value.isNotNull() & ~_nonfinite(value)
     return value.isNotNull()
@@ -68,6 +72,8 @@ def _metric_inputs(spec: ReconcileSpec, lay: _Layout, side: int) -> list[Column]
         if code is None or _float_input(spec, lay, i, side) is not None:
             continue
         value = F.expr(_expr_of(spec, i, code))
+        if lay.instant(i, _code_sides(code)[0]):
+            value = F.unix_micros(value)
         if _excluding(spec, lay, i, code):
             value = F.when(~_nonfinite(value), value)
         scale = lay.decimal_scale(i, side)
@@ -147,6 +153,12 @@ def _side_row(lay: _Layout, side: int) -> Column:
     return (n == 1) & (F.col(_TAG) == _TAG_KEY) if lay.tagged else n == 1
 
 
+def _overflowed(value: Column) -> Column:
+    """1 where the decimal sum of the non-null ``value`` overflowed (``try_sum`` is null), else
+    0: an aggregate."""
+    return F.when(F.try_sum(value).isNull() & (F.count(value) > 0), F.lit(1)).otherwise(F.lit(0))
+
+
 def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[Column]:
     """Level-1 aggregates over projected rows (only for the columns present). Equal aggregate
     expressions under two names (a float column's per-side sum serving as a metric's sum, a
@@ -179,9 +191,10 @@ def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[
                 name, fj = f"__sg_m{i}_{s}", _float_input(spec, lay, i, s)
                 col = f"__sg_f{fj}" if fj is not None else f"__sg_v{i}_{code}"
                 if m.aggregation in _NAN_RULED and _float_code(lay, i, code):
-                    flag = bit(("nonfinite", _expr_of(spec, i, code), code))
-                    if flag is not None:
-                        aggs.append(F.sum(per_side(flag, s)).alias(f"{name}_nonfin"))
+                    for kind in NONFINITE_KINDS:
+                        flag = bit((kind, _expr_of(spec, i, code), code))
+                        if flag is not None:
+                            aggs.append(F.sum(per_side(flag, s)).alias(f"{name}_{kind}"))
                 for part in _metric_parts(m.aggregation):
                     if part == "count":
                         flag = bit(_count_bit(spec, lay, i, code))
@@ -194,6 +207,10 @@ def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[
                     if part == "sum" and lay.decimal_scale(i, s) is not None:
                         aggs += [F.sum(F.shiftright(v, 32)).alias(f"{name}_sum_dhi"),
                                  F.sum(v.bitwiseAND(F.lit(_LOW32))).alias(f"{name}_sum_dlo")]
+                    elif part == "sum" and lay.wide_decimal(i, s):
+                        # null on overflow whatever spark.sql.ansi.enabled; counted, never lost
+                        aggs += [F.try_sum(v).alias(f"{name}_sum"),
+                                 _overflowed(v).alias(f"{name}_ovf")]
                     else:
                         fn = {"sum": F.sum, "min": F.min, "max": F.max}[part]
                         aggs.append(fn(v).alias(f"{name}_{part}"))

@@ -6,6 +6,7 @@ Names with a leading underscore are internal to ``sparkguard.reconcile``.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from sparkguard.reconcile.hashing import column
 from sparkguard.reconcile.layout import _BUCKETS, _KINDS, _Layout
@@ -96,8 +98,13 @@ def _fetch(lay: _Layout, samples: Sequence[_Sample], shadow: DataFrame, target: 
             F.struct(*[column(c) for c in df.columns]).alias(f"__sg_row_{name}")))
     union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     # limit then a one-partition exchange: one job, not the incremental scans of collect-limit
+    instants = {name: [f.name for f in df.schema.fields if isinstance(f.dataType, T.TimestampType)]
+                for name, df, _mine in sides if df is not None}
     for r in union.limit(8 * len(samples) + 8).repartition(1).collect():
         row = r[f"__sg_row_{r['__sg_side']}"].asDict()
+        for c in instants[r["__sg_side"]]:  # naive local time (with its fold) -> aware UTC
+            if row[c] is not None:
+                row[c] = row[c].astimezone(dt.UTC)
         row["__sg_kh"] = r["__sg_kh"]
         out[r["__sg_side"]].append(row)
     return out

@@ -17,6 +17,8 @@ __all__ = [
     "ThresholdSpec",
     "schema_contract_gates",
     "spec_for_target",
+    "unknown_column_reason",
+    "unknown_columns",
 ]
 
 
@@ -68,6 +70,16 @@ class ReconcileSpec:
     sample_size: int = 10
     key_source: bool = False
     extra_duplicate_keys: tuple[tuple[str, ...], ...] = field(default=())
+    # each extra key set's own threshold, by position; missing ones are exact (0 duplicates)
+    extra_duplicate_thresholds: tuple[ThresholdSpec, ...] = field(default=())
+
+    def extra_duplicate_threshold(self, cols: tuple[str, ...]) -> ThresholdSpec:
+        """The threshold of the extra duplicate check on ``cols``."""
+        for keys, thr in zip(self.extra_duplicate_keys, self.extra_duplicate_thresholds,
+                             strict=False):
+            if keys == cols:
+                return thr
+        return ThresholdSpec(absolute=0.0)
 
 
 def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = False) -> ReconcileSpec:
@@ -81,6 +93,7 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
     per_partition_rc = False
     dup: ThresholdSpec | None = None
     extra_dups: list[tuple[str, ...]] = []
+    extra_thresholds: list[ThresholdSpec] = []
     metrics: list[MetricSpec] = []
     grouping = set(target.business_keys) | {pcol}
     for check in plan.checks_for(target):
@@ -96,9 +109,11 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
                 dup = thr
                 if plan.window_column is not None:  # a key repeated in two buckets counts too
                     extra_dups.append(cols)
-            else:
+                    extra_thresholds.append(thr)
+            else:  # its own threshold; the business keys keep theirs (default: exact)
                 extra_dups.append(cols)
-                dup = dup or thr
+                extra_thresholds.append(thr)
+                dup = dup or ThresholdSpec(absolute=0.0)
         elif check.type is CheckType.METRIC_RECONCILIATION:
             name = check.metric or f"metric_{len(metrics) + 1}"
             src = check.source_expr or check.shadow_expr or name
@@ -121,6 +136,7 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
         not_null=not_null,
         key_source=key_source,
         extra_duplicate_keys=tuple(extra_dups),
+        extra_duplicate_thresholds=tuple(extra_thresholds),
     )
 
 
@@ -131,6 +147,19 @@ class ColumnInfo:
     name: str
     type: str
     nullable: bool
+
+
+def unknown_columns(names: Sequence[str], columns: Sequence[str]) -> dict[str, str | None]:
+    """Each of ``names`` that is not exactly one of ``columns``, with the column it matches in
+    another case (None: no such column)."""
+    folded = {c.lower(): c for c in columns}
+    return {n: folded.get(n.lower()) for n in names if n not in columns}
+
+
+def unknown_column_reason(name: str, near: str | None, where: str) -> str:
+    """Why a not-null contract names no column of ``where``."""
+    hint = f"it has {near!r} (names match exactly, case included)" if near else "no such column"
+    return f"not_null names column {name!r}, which {where} does not have: {hint}"
 
 
 def _norm_type(t: str) -> str:

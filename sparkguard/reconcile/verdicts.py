@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from decimal import Context, Decimal
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = [
     "EXACT",
+    "FLOAT_PERCENT_SLACK",
+    "NONFINITE_KINDS",
     "ChangePreview",
     "GateResult",
     "PartitionStats",
@@ -17,12 +19,15 @@ __all__ = [
     "exact_add",
     "fold_partial",
     "judge",
+    "within",
 ]
 
 # Spark decimals have up to 38 digits and their sums over a window a few more; Python's default
 # context keeps 28 and would round them
 EXACT = Context(prec=120)
 Number = float | int | Decimal
+# a float metric's input rows counted per kind: a +inf that became -inf or NaN is a change
+NONFINITE_KINDS = ("nan", "posinf", "neginf")
 
 
 def exact_add(a: Any, b: Any) -> Any:
@@ -46,6 +51,21 @@ def fold_partial(how: str, a: Any, b: Any) -> Any:
     return exact_add(a, b)
 
 
+def _exact_deviation(expected: int | Decimal, measured: int | Decimal) -> tuple[Decimal, Decimal]:
+    """Absolute and percent deviation of two integers or decimals, without rounding (percent
+    to 120 digits; ``Infinity`` against 0)."""
+    diff = EXACT.abs(EXACT.subtract(Decimal(measured), Decimal(expected)))
+    if diff == 0:
+        return Decimal(0), Decimal(0)
+    if expected == 0:
+        return diff, Decimal("Infinity")
+    return diff, EXACT.multiply(EXACT.divide(diff, EXACT.abs(Decimal(expected))), 100)
+
+
+def _exact(v: Any) -> TypeGuard[int | Decimal]:
+    return isinstance(v, int | Decimal) and not isinstance(v, bool)
+
+
 def deviation(expected: Number | None, measured: Number | None) -> tuple[float, float]:
     """Absolute and percent deviation of ``measured`` from ``expected``.
 
@@ -60,13 +80,9 @@ def deviation(expected: Number | None, measured: Number | None) -> tuple[float, 
         return 0.0, 0.0
     if expected is None or measured is None:
         return math.inf, math.inf
-    if isinstance(expected, int | Decimal) and isinstance(measured, int | Decimal):
-        diff = EXACT.abs(EXACT.subtract(Decimal(measured), Decimal(expected)))
-        if diff == 0:
-            return 0.0, 0.0
-        if expected == 0:
-            return float(diff), math.inf
-        return float(diff), float(EXACT.multiply(EXACT.divide(diff, EXACT.abs(Decimal(expected))), 100))
+    if _exact(expected) and _exact(measured):
+        exact_abs, exact_pct = _exact_deviation(expected, measured)
+        return float(exact_abs), float(exact_pct)
     e, m = float(expected), float(measured)
     if not (math.isfinite(e) and math.isfinite(m)):
         return math.inf, math.inf
@@ -78,17 +94,51 @@ def deviation(expected: Number | None, measured: Number | None) -> tuple[float, 
     return absolute, absolute / abs(e) * 100.0
 
 
-def judge(absolute: float, percent: float, threshold_percent: float | None,
-          threshold_absolute: float | None) -> bool:
-    """Pass when every threshold given holds; with no threshold, only an exact match passes."""
+# Float values only: a percent may exceed its threshold by this many percentage points (1e-14
+# relative, some 45 units in the last place of a double), the rounding of the float values and
+# of the percent's own division. Integers and decimals get no slack.
+FLOAT_PERCENT_SLACK = 1e-12
+
+
+def _limit(threshold: float) -> Decimal:
+    """A threshold as written in the plan (``0.1`` is 0.1, not the nearest double)."""
+    return Decimal(repr(float(threshold)))
+
+
+def judge(absolute: float | Decimal, percent: float | Decimal, threshold_percent: float | None,
+          threshold_absolute: float | None, *, expected_zero: bool = False) -> bool:
+    """Pass when every threshold given holds; with no threshold, only an exact match passes.
+
+    Decimal deviations (from integers and decimals) are held to the thresholds exactly; float
+    ones get :data:`FLOAT_PERCENT_SLACK` on the percent. ``expected_zero``: the reference value
+    is 0, so a percent is not defined; when an absolute threshold is given it alone decides.
+    """
     if threshold_percent is None and threshold_absolute is None:
         return absolute == 0
-    ok = True
-    if threshold_percent is not None:
-        ok = ok and percent <= threshold_percent + 1e-12
+    exact = isinstance(absolute, Decimal)
     if threshold_absolute is not None:
-        ok = ok and absolute <= threshold_absolute
-    return ok
+        limit: float | Decimal = _limit(threshold_absolute) if exact else threshold_absolute
+        if not absolute <= limit:
+            return False
+        if expected_zero:
+            return True
+    if threshold_percent is not None:
+        if isinstance(percent, Decimal):
+            return percent <= _limit(threshold_percent)
+        return percent <= threshold_percent + FLOAT_PERCENT_SLACK
+    return True
+
+
+def within(expected: Number | None, measured: Number | None, threshold_percent: float | None,
+           threshold_absolute: float | None) -> bool:
+    """Whether ``measured`` is within the thresholds of ``expected`` (see :func:`judge`);
+    integers and decimals are compared without rounding."""
+    zero = expected is not None and expected == 0
+    if _exact(expected) and _exact(measured):
+        absolute, percent = _exact_deviation(expected, measured)
+        return judge(absolute, percent, threshold_percent, threshold_absolute, expected_zero=zero)
+    absolute_f, percent_f = deviation(expected, measured)
+    return judge(absolute_f, percent_f, threshold_percent, threshold_absolute, expected_zero=zero)
 
 
 def _clean(value: Any) -> Any:

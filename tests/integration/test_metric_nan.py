@@ -2,8 +2,8 @@
 
 ``sum``, ``avg``, ``min`` and ``max`` over float inputs: with ``nan: fail`` (the default) a NaN
 or infinite input on either side fails the gate, naming the side and the count; with
-``nan: exclude`` the finite values are compared and the NaN/infinite row counts get a gate of
-their own. Per window and per partition, on the source-gate path and on the path where a
+``nan: exclude`` the finite values are compared and the NaN, +inf and -inf row counts get a gate
+of their own, compared per kind. Per window and per partition, on the source-gate path and on the path where a
 metric sums a compared float column.
 """
 
@@ -95,9 +95,16 @@ def test_float_column_counts_too(spark: Any) -> None:
 
 def test_exclude_compares_finite_values_and_counts_separately(spark: Any) -> None:
     m = metric(nan=NanRule.EXCLUDE)
-    same = run(spark, spec(m), source=rows(NAN, 10.0, INF), shadow=rows(NAN, 10.0, -INF))
+    same = run(spark, spec(m), source=rows(NAN, 10.0, INF, -INF),
+               shadow=rows(NAN, 10.0, INF, -INF))
     assert gate(same).passed and gate(same).measured["value"] == 10.0
     assert gate(same, "metric_reconciliation[m].nan_or_infinite_rows").passed
+    # a +inf that became -inf or NaN is a change, although each side has one such row
+    for flipped in (-INF, NAN):
+        res = run(spark, spec(m), source=rows(NAN, 10.0, INF), shadow=rows(NAN, 10.0, flipped))
+        assert gate(res).passed  # the finite values agree
+        c = gate(res, "metric_reconciliation[m].nan_or_infinite_rows")
+        assert not c.passed and c.expected == {"NaN": 1, "+inf": 1, "-inf": 0}, flipped
     # a finite difference is found although both sides hold a NaN
     differ = run(spark, spec(m), source=rows(NAN, 10.0, 20.0), shadow=rows(NAN, 5.0, 10.0))
     assert not gate(differ).passed
@@ -106,7 +113,8 @@ def test_exclude_compares_finite_values_and_counts_separately(spark: Any) -> Non
     counts = run(spark, spec(m), source=rows(NAN, 10.0), shadow=rows(NAN, 10.0, INF))
     assert gate(counts).passed
     c = gate(counts, "metric_reconciliation[m].nan_or_infinite_rows")
-    assert not c.passed and (c.expected, c.measured["value"]) == (1, 2)
+    assert not c.passed and (c.expected, c.measured["value"]) == (
+        {"NaN": 1, "+inf": 0, "-inf": 0}, {"NaN": 1, "+inf": 1, "-inf": 0})
 
 
 def test_exclude_average_counts_only_finite_inputs(spark: Any) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -152,6 +154,8 @@ def metric_ref(agg: Aggregation, values: list[Any]) -> Any:
 
 
 def close(a: Any, b: Any) -> bool:
+    if isinstance(a, dt.datetime) and isinstance(b, dt.datetime):  # naive: local time, as
+        return a.astimezone(dt.UTC) == b.astimezone(dt.UTC)        # createDataFrame read it
     if isinstance(a, float) or isinstance(b, float):
         if a is None or b is None:
             return a is b
@@ -321,6 +325,48 @@ def test_extra_duplicate_keys_count_across_the_window(spark: Any) -> None:
     assert [s.partition for s in res.partitions] == [str(d) for d in DAYS[:2]]  # no window row
 
 
+def test_timestamp_min_max_are_utc_instants_in_any_driver_zone(spark: Any) -> None:
+    """pyspark hands a timestamp to the driver as a naive datetime in the OS time zone, which
+    folds New York's repeated autumn hour and stretches its spring change. The metric compares
+    instants: an hour apart inside the repeated hour fails an exact gate, two minutes across the
+    spring change pass a 300 s one, and the sample shows the changed value in UTC."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
+    try:
+        schema, day = "p date, k int, t timestamp", DAYS[0]
+
+        def frame(*ts: str) -> Any:
+            return spark.createDataFrame(
+                [(day, k, dt.datetime.fromisoformat(t)) for k, t in enumerate(ts)], schema)
+
+        exact = ReconcileSpec(
+            partition_column="p", partition_type=PartitionType.DATE, business_keys=("k",),
+            metrics=(MetricSpec("last", Aggregation.MAX, "t", "t", ThresholdSpec(percent=0.0)),
+                     MetricSpec("first", Aggregation.MIN, "t", "t", ThresholdSpec(percent=0.0))))
+        before = frame("2026-11-01T05:30:00+00:00")
+        after = frame("2026-11-01T06:30:00+00:00")
+        res = reconcile(exact, shadow=after, source=before, target=before, partitions=[day])
+        gates = {g.gate: g for g in res.gates if g.partition is None}
+        for name in ("metric_reconciliation[last]", "metric_reconciliation[first]"):
+            g = gates[name]
+            assert not g.passed and g.measured["abs_diff"] == 3600.0, g.reason
+            assert g.expected == dt.datetime(2026, 11, 1, 5, 30, tzinfo=dt.UTC)
+        assert res.preview is not None and res.preview.changed == 1
+        (sample,) = res.preview.sample
+        assert sample["changed_columns"] == ["t"]
+        assert sample["after"]["t"] == dt.datetime(2026, 11, 1, 6, 30, tzinfo=dt.UTC)
+        loose = replace(exact, metrics=(
+            MetricSpec("first", Aggregation.MIN, "t", "t", ThresholdSpec(absolute=300)),))
+        res = reconcile(loose, shadow=frame("2026-03-08T07:01:00+00:00"),
+                        source=frame("2026-03-08T06:59:00+00:00"), partitions=[day])
+        (g,) = [g for g in res.gates if g.gate == "metric_reconciliation[first]"]
+        assert g.passed and g.measured["abs_diff"] == 120.0, g.reason
+    finally:
+        os.environ.pop("TZ") if old is None else os.environ.update(TZ=old)
+        time.tzset()
+
+
 def test_wide_decimal_sums_stay_exact(spark: Any) -> None:
     """A decimal(38, 2) sum over keys of several kinds in one partition (unchanged, changed,
     inserted: partials folded on the driver) keeps every digit, and a one-cent change fails an
@@ -344,6 +390,32 @@ def test_wide_decimal_sums_stay_exact(spark: Any) -> None:
     assert res.preview is not None and (res.preview.changed, res.preview.inserted) == (1, 1)
 
 
+@pytest.mark.parametrize("ansi", ["false", "true"])
+def test_an_overflowed_decimal_sum_fails_the_gate(spark: Any, ansi: str) -> None:
+    """Two decimal(38, 18) amounts of 6e19 sum past decimal(38, 18)'s 1e20: Spark's sum is null
+    (ANSI off) or an error (ANSI on). The gate fails naming the overflow, on the unkeyed source
+    (folded per partition) and on the keyed shadow (folded over keys), in both modes."""
+    big = Decimal("60000000000000000000.000000000000000001")
+    schema = "p date, k int, v decimal(38,18)"
+    rows = [(DAYS[0], 1, big), (DAYS[0], 2, big), (DAYS[1], 3, Decimal(1))]
+    frame = spark.createDataFrame(rows, schema)
+    m = MetricSpec("wei", Aggregation.SUM, "v", "v", ThresholdSpec(percent=0.0), per_partition=True)
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), metrics=(m,))
+    old = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", ansi)
+    try:
+        res = reconcile(spec, shadow=frame, source=frame, partitions=list(DAYS[:2]),
+                        preview=False)
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", old)
+    gates = {g.partition: g for g in res.gates if g.gate == "metric_reconciliation[wei]"}
+    assert not gates[None].passed and not gates[str(DAYS[0])].passed
+    assert gates[None].measured["overflowed_groups"] == {"source": 1, "shadow": 1}
+    assert "overflowed" in gates[None].reason
+    assert gates[str(DAYS[1])].passed and gates[str(DAYS[1])].expected == Decimal(1)
+
+
 def test_slice_gates_without_preview_keep_the_target_not_null_contract(spark: Any) -> None:
     """``preview=False`` (a slice): no change preview, but a column NOT NULL in the target is
     still checked on the shadow's values; without a source there is nothing to gate against."""
@@ -362,6 +434,19 @@ def test_slice_gates_without_preview_keep_the_target_not_null_contract(spark: An
     assert gates["row_count_parity"].passed  # against the source, not the one-row target
     with pytest.raises(ValueError, match="needs a source"):
         reconcile(spec, shadow=shadow, target=target, partitions=[DAYS[0]], preview=False)
+
+
+def test_not_null_names_the_shadow_lacks_fail_instead_of_vanishing(spark: Any) -> None:
+    """``custmer_id`` (a typo) and ``S`` (another case) used to be dropped from the contract,
+    so their gates never ran; each now fails, naming the column."""
+    shadow = spark.createDataFrame([(DAYS[0], 1, 1, None, None, None, None)], SCHEMA)
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), not_null=("i", "S", "custmer_id"))
+    res = reconcile(spec, shadow=shadow, source=shadow, partitions=[DAYS[0]], preview=False)
+    gates = {g.gate: g for g in res.gates}
+    assert gates["not_null[i]"].passed
+    assert not gates["not_null[S]"].passed and "it has 's'" in gates["not_null[S]"].reason
+    assert not gates["not_null[custmer_id]"].passed and not res.passed
 
 
 def plan_nodes(node: Any) -> list[Any]:

@@ -168,6 +168,10 @@ CASES: list[tuple[str, Mutate, set[str]]] = [
      {"check_field_ignored"}),
     ("keys_mismatch", _set("validation.checks.1.key_columns", ["order_id", "customer_id"]),
      {"keys_mismatch"}),
+    ("contract_column_unknown", _set("targets.0.contract", {
+        "not_null": ["Order_ID", "amount"],
+        "columns": [{"name": "order_id", "type": "bigint"}, {"name": "amount", "type": "double"}]}),
+     {"contract_column_unknown"}),
     ("target_incomplete", _set("targets.0", "silver.orders_clean"), {"target_incomplete"}),
     ("target_duplicated", lambda p: p["targets"].append(copy.deepcopy(p["targets"][0])),
      {"target_duplicated"}),

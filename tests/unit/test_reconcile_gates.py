@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
+import time
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from sparkguard.plan.loader import load_plan_text
-from sparkguard.plan.model import Aggregation, ColumnContract, Contract
-from sparkguard.reconcile.gates import build_gates, combine_metric, metric_value
+from sparkguard.plan.model import Aggregation, ColumnContract, Contract, NanRule
+from sparkguard.reconcile.gates import build_gates, combine_metric, metric_value, utc_instant
 from sparkguard.reconcile.spec import (
     ColumnInfo,
     MetricSpec,
@@ -20,7 +23,13 @@ from sparkguard.reconcile.spec import (
     schema_contract_gates,
     spec_for_target,
 )
-from sparkguard.reconcile.verdicts import ChangePreview, ReconcileResult, deviation, judge
+from sparkguard.reconcile.verdicts import (
+    ChangePreview,
+    ReconcileResult,
+    deviation,
+    judge,
+    within,
+)
 from sparkguard.sql import PartitionType
 from tests.plan_fixtures import plan_yaml, valid_plan
 
@@ -57,12 +66,72 @@ def test_judge(absolute: float, percent: float, tp: float | None, ta: float | No
     assert judge(absolute, percent, tp, ta) is ok
 
 
+@pytest.mark.parametrize(("expected", "measured"), [
+    (10**15, 10**15 + 1),
+    (Decimal("10000000000000.00"), Decimal("10000000000000.01")),
+    (10**21, 10**21 + 10**7),                                   # a wei total
+    (Decimal("123456789012345678901234567890123.45"), Decimal("123456789012345678901234567890123.46")),
+])
+def test_threshold_percent_zero_is_exact_for_integers_and_decimals(expected: Any,
+                                                                   measured: Any) -> None:
+    """Plans always set a threshold (the guard blocks a check without one), so ``0`` must mean
+    exact: no float slack on integer and decimal values."""
+    assert not within(expected, measured, 0.0, None)
+    assert not within(measured, expected, 0.0, None)
+    assert within(expected, expected, 0.0, None)
+    m = MetricSpec("amount", Aggregation.SUM, "amount", "amount", ThresholdSpec(percent=0.0))
+    rows = [metric_row("d1", {"sum": expected}, {"sum": measured})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert not gates[0].passed
+    rows = [row("d1", 10**15, 10**15 + 1)]
+    _, gates = build_gates(spec(row_count=ThresholdSpec(percent=0.0), duplicate_check=None),
+                           rows, True)
+    assert not gates[0].passed
+
+
+def test_integer_and_decimal_thresholds_hold_exactly_at_the_bound() -> None:
+    assert within(100, 101, 1.0, None)                                   # 1 % of 100: inclusive
+    assert not within(100, Decimal("101.000000000000000000001"), 1.0, None)
+    assert within(Decimal("10"), Decimal("10.5"), None, 0.5)
+    assert not within(Decimal("10"), Decimal("10.5000000000000000000001"), None, 0.5)
+    assert within(Decimal("1000"), Decimal("1000.1"), 0.01, None)        # 0.01 as written
+    # one duplicate key among 10**15 rows is not 0 %
+    _, gates = build_gates(spec(row_count=None, duplicate_check=ThresholdSpec(percent=0.0)),
+                           [row("d1", 10**15, 10**15, dup_shadow=1)], True)
+    assert not gates[0].passed
+
+
+def test_floats_keep_a_rounding_slack_on_the_percent() -> None:
+    """100.0 vs 100.01 is 0.010000000000005 % in doubles: the rounding of the values, not a
+    deviation beyond 0.01 %."""
+    assert within(100.0, 100.01, 0.01, None)
+    assert not within(100.0, 100.0101, 0.01, None)
+    assert not within(1.0, 1.0 + 1e-13, 0.0, None)                      # 1e-11 %: beyond it
+
+
+def test_expected_zero_with_both_thresholds_is_judged_by_the_absolute_one() -> None:
+    """A percent of 0 is not defined: with both thresholds the absolute bound decides there
+    (elsewhere both must hold); with only a percent threshold, only 0 passes."""
+    assert within(0, Decimal("0.001"), 0.01, 0.5)
+    assert within(0.0, 0.001, 0.01, 0.5)
+    assert not within(0, 1, 0.01, 0.5)
+    assert not within(0, Decimal("0.001"), 0.01, None)
+    assert not within(100, 100.4, 0.01, 0.5)                            # both must hold
+    m = MetricSpec("m", Aggregation.SUM, "v", "v", ThresholdSpec(percent=0.01, absolute=0.5),
+                   per_partition=True)
+    rows = [metric_row("d1", {"sum": Decimal("0")}, {"sum": Decimal("0.001")}),
+            metric_row("d2", {"sum": Decimal("1000")}, {"sum": Decimal("1000")})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert [g.passed for g in gates] == [True, True, True]
+    assert "the absolute bound decides" in gates[1].reason
+
+
 def test_metric_partials_fold_and_finish() -> None:
     parts = combine_metric([{"sum": 10, "count": 2, "min": 3, "max": 7},
                             {"sum": None, "count": 0, "min": None, "max": None},
                             {"sum": Decimal("2.5"), "count": 1, "min": -1, "max": 4}])
     assert parts == {"sum": Decimal("12.5"), "count": 3, "min": -1, "max": 7, "cd": None,
-                     "nonfinite": 0}
+                     "overflow": 0, "nan": 0, "posinf": 0, "neginf": 0}
     assert metric_value(Aggregation.SUM, parts) == Decimal("12.5")
     assert metric_value(Aggregation.AVG, parts) == pytest.approx(12.5 / 3)
     assert metric_value(Aggregation.MIN, parts) == -1
@@ -177,6 +246,60 @@ def test_min_max_of_dates_and_timestamps_compare_in_days_and_seconds() -> None:
     assert not gates[0].passed  # strings: equal or not, whatever the threshold
 
 
+@pytest.fixture
+def new_york() -> Iterator[None]:
+    """The driver's OS time zone set to one with DST changes, restored afterwards."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
+    try:
+        yield
+    finally:
+        os.environ.pop("TZ") if old is None else os.environ.update(TZ=old)
+        time.tzset()
+
+
+def micros(text: str) -> int:
+    d = dt.datetime.fromisoformat(text) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
+
+
+def test_timestamp_min_max_compare_as_utc_instants_in_any_driver_zone(new_york: None) -> None:
+    """The engine aggregates ``unix_micros`` of a ``timestamp`` and makes it an aware UTC
+    datetime; pyspark's own conversion gives naive local times, which fold the repeated hour of
+    the autumn change into one and stretch the spring change by an hour."""
+    a, b = micros("2026-11-01T05:30:00+00:00"), micros("2026-11-01T06:30:00+00:00")
+    assert utc_instant(a) == dt.datetime(2026, 11, 1, 5, 30, tzinfo=dt.UTC)
+    assert utc_instant(b) - utc_instant(a) == dt.timedelta(hours=1)  # type: ignore[operator]
+    exact = MetricSpec("last", Aggregation.MAX, "t", "t", ThresholdSpec(percent=0.0))
+    rows = [metric_row("d1", {"max": utc_instant(a)}, {"max": utc_instant(b)})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(exact,)), rows, True)
+    assert not gates[0].passed and gates[0].measured["abs_diff"] == 3600.0
+    assert gates[0].to_dict()["expected"] == "2026-11-01T05:30:00+00:00"   # explicit UTC
+    assert "expected 2026-11-01 05:30:00+00:00, got 2026-11-01 06:30:00+00:00" in gates[0].reason
+    # across the spring change: 06:59Z vs 07:01Z are two minutes apart, not an hour and two
+    c, d = micros("2026-03-08T06:59:00+00:00"), micros("2026-03-08T07:01:00+00:00")
+    loose = MetricSpec("first", Aggregation.MIN, "t", "t", ThresholdSpec(absolute=300))
+    rows = [metric_row("d1", {"min": utc_instant(c)}, {"min": utc_instant(d)})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(loose,)), rows, True)
+    assert gates[0].passed and gates[0].measured["abs_diff"] == 120.0
+    # partials fold by instant: the later UTC value wins inside the repeated hour
+    parts = combine_metric([{"max": utc_instant(b)}, {"max": utc_instant(a)}])
+    assert parts["max"] == utc_instant(b)
+
+
+def test_timestamp_deviation_is_exact_to_the_microsecond() -> None:
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    m = MetricSpec("last", Aggregation.MAX, "t", "t", ThresholdSpec(percent=0.0))
+    rows = [metric_row("d1", {"max": t0}, {"max": t0 + dt.timedelta(microseconds=1)})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert not gates[0].passed and gates[0].measured["abs_diff"] == 1e-6
+    ntz = dt.datetime(2026, 1, 1)  # a timestamp_ntz: wall-clock, compared as such
+    rows = [metric_row("d1", {"max": ntz}, {"max": ntz})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert gates[0].passed
+
+
 def test_count_distinct_uses_window_totals_not_partition_sums() -> None:
     m = MetricSpec("customers", Aggregation.COUNT_DISTINCT, "c", "c", ThresholdSpec())
     rows = [metric_row(d, {"cd": 5}, {"cd": 5}, m0_source_window_cd=7, m0_shadow_window_cd=8)
@@ -256,3 +379,124 @@ def test_spec_for_target_reads_the_plan_checks() -> None:
         ("gross_amount", Aggregation.SUM, "amount", "amount"),
         ("line_total", Aggregation.SUM, "amount * quantity", "line_total")]
     assert s.metrics[0].threshold == ThresholdSpec(percent=0.01)
+
+
+def test_each_extra_duplicate_check_keeps_its_own_threshold() -> None:
+    """The business keys at <= 5 % and a second key set with no threshold (exact): three
+    duplicate keys on the second set fail, whatever the first allows."""
+    data = valid_plan()
+    checks = data["backfill_plan"]["validation"]["checks"]
+    checks[1] = {"type": "duplicate_check", "key_columns": ["order_id"], "threshold_percent": 5}
+    checks.append({"type": "duplicate_check", "key_columns": ["customer_id"]})
+    plan = load_plan_text(plan_yaml(data))
+    s = spec_for_target(plan, plan.targets[0])
+    assert s.duplicate_check == ThresholdSpec(percent=5)
+    assert s.extra_duplicate_threshold(("customer_id",)) == ThresholdSpec(absolute=0.0)
+    rows = [row("d1", 100, 100, dup_shadow=3)]
+    _, gates = build_gates(s, rows, True, extra_duplicates={("customer_id",): 3})
+    by_name = {g.gate: g for g in gates}
+    assert by_name["duplicate_check"].passed                    # 3 % <= 5 %
+    extra = by_name["duplicate_check[customer_id]"]
+    assert not extra.passed and extra.threshold == "<= 0 abs"
+    # its own threshold when it has one; the business keys then default to exact
+    checks[1] = {"type": "duplicate_check", "key_columns": ["customer_id"], "threshold_absolute": 5}
+    del checks[-1]
+    plan = load_plan_text(plan_yaml(data))
+    s = spec_for_target(plan, plan.targets[0])
+    assert s.duplicate_check == ThresholdSpec(absolute=0.0)
+    _, gates = build_gates(s, [row("d1", 100, 100)], True,
+                           extra_duplicates={("customer_id",): 3})
+    assert [(g.gate, g.passed) for g in gates if g.check_type == "duplicate_check"] == [
+        ("duplicate_check", True), ("duplicate_check[customer_id]", True)]
+
+
+@pytest.mark.parametrize("shadow_kind", ["neginf", "nan"])
+def test_exclude_counts_nan_and_each_infinity_apart(shadow_kind: str) -> None:
+    """``nan: exclude``: the finite sums agree and each side has one non-finite row, but a +inf
+    that became -inf or NaN is a change: the counts are compared per kind."""
+    m = MetricSpec("m", Aggregation.SUM, "x", "x", ThresholdSpec(percent=0.0), per_partition=True,
+                   nan=NanRule.EXCLUDE)
+    rows = [metric_row("d1", {"sum": 10.0, "posinf": 1}, {"sum": 10.0, shadow_kind: 1})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    by = {(g.gate, g.partition): g for g in gates}
+    assert by[("metric_reconciliation[m]", None)].passed               # the finite values
+    counts = by[("metric_reconciliation[m].nan_or_infinite_rows", None)]
+    assert not counts.passed and not by[(counts.gate, "d1")].passed
+    assert counts.expected == {"NaN": 0, "+inf": 1, "-inf": 0}
+    assert counts.measured["value"][{"neginf": "-inf", "nan": "NaN"}[shadow_kind]] == 1
+    same = [metric_row("d1", {"sum": 10.0, "posinf": 1, "nan": 2}, {"sum": 10.0, "posinf": 1,
+                                                                     "nan": 2})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), same, True)
+    assert all(g.passed for g in gates)
+
+
+def test_nan_fail_names_each_kind() -> None:
+    m = MetricSpec("m", Aggregation.MAX, "x", "x", ThresholdSpec(percent=0.0))
+    rows = [metric_row("d1", {"max": 1.0, "posinf": 1}, {"max": 1.0, "neginf": 2})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    g = gates[0]
+    assert not g.passed and g.measured["nan_or_infinite_rows"] == {"source": 1, "shadow": 2}
+    assert "the source has 1 NaN or infinite input row(s) (+inf 1)" in g.reason
+    assert "the shadow has 2 NaN or infinite input row(s) (-inf 2)" in g.reason
+
+
+def test_a_not_null_name_the_shadow_lacks_fails_its_gate() -> None:
+    """A typo or another case in ``contract.not_null`` used to drop the gate silently."""
+    from sparkguard.reconcile.spec import unknown_columns
+
+    unknown = unknown_columns(("customer_id", "Amount", "custmer_id"), ("customer_id", "amount"))
+    assert unknown == {"Amount": "amount", "custmer_id": None}
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, not_null=("customer_id",)),
+                           [row("d1", 1, 1, null_customer_id=0)], True, unknown_not_null=unknown)
+    by = {g.gate: g for g in gates}
+    assert by["not_null[customer_id]"].passed
+    assert not by["not_null[Amount]"].passed and not by["not_null[custmer_id]"].passed
+    assert "it has 'amount' (names match exactly" in by["not_null[Amount]"].reason
+    assert "no such column" in by["not_null[custmer_id]"].reason
+
+
+def test_guard_names_not_null_columns_a_table_lacks() -> None:
+    """The live guard's helper (against a target's columns) and the static rule (against
+    ``contract.columns``, a partial list: only another case is known to be wrong)."""
+    from sparkguard.guard_checks import not_null_findings
+
+    data = valid_plan()
+    data["backfill_plan"]["targets"][0]["contract"]["not_null"] = ["Order_ID", "amount", "amout"]
+    plan = load_plan_text(plan_yaml(data))
+    t = plan.target_specs()[0]
+    found = not_null_findings(t, "targets[0]", ["order_id", "amount", "order_date"], "target 't'")
+    assert [(p, m) for p, m, _fix in found] == [
+        ("targets[0].contract.not_null[0]", "not_null names column 'Order_ID', which target 't' "
+         "does not have: it has 'order_id' (names match exactly, case included)"),
+        ("targets[0].contract.not_null[2]", "not_null names column 'amout', which target 't' "
+         "does not have: no such column")]
+    assert [p for p, _m, _f in not_null_findings(t, "targets[0]", ["order_id", "amount"], "x",
+                                                 complete=False)] == [
+        "targets[0].contract.not_null[0]"]
+
+
+def test_an_overflowed_decimal_sum_fails_instead_of_vanishing() -> None:
+    """Spark's decimal(38, s) sum is null on overflow; a null partial used to be an empty one,
+    so that group dropped out of the total (and None vs None passed)."""
+    m = MetricSpec("wei", Aggregation.SUM, "v", "v", ThresholdSpec(percent=0.0), per_partition=True)
+    rows = [metric_row("d1", {"sum": None, "overflow": 1}, {"sum": None, "overflow": 1}),
+            metric_row("d2", {"sum": Decimal(5)}, {"sum": Decimal(5)})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    window, d1, d2 = gates
+    assert not window.passed and not d1.passed and d2.passed
+    assert window.measured["overflowed_groups"] == {"source": 1, "shadow": 1}
+    assert "overflowed decimal(38, s) on the source (1 group(s)) and the shadow" in window.reason
+
+
+def test_markdown_evidence_shows_kind_counts_and_overflows() -> None:
+    from sparkguard.evidence_md import _measured
+
+    m = MetricSpec("m", Aggregation.SUM, "x", "x", ThresholdSpec(percent=0.0), nan=NanRule.EXCLUDE)
+    rows = [metric_row("d1", {"sum": 1.0, "posinf": 1}, {"sum": 1.0, "neginf": 1})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows, True)
+    assert _measured(gates[1].to_dict()["measured"]) == "NaN 0, +inf 0, -inf 1"
+    wide = MetricSpec("w", Aggregation.SUM, "v", "v", ThresholdSpec(percent=0.0))
+    rows = [metric_row("d1", {"sum": None, "overflow": 2}, {"sum": Decimal(1)})]
+    _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(wide,)), rows, True)
+    assert _measured(gates[0].to_dict()["measured"]) == \
+        "1 (decimal sum overflowed, groups: source 2, shadow 0)"
