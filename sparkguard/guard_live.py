@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 
 from sparkguard import delta_ops
 from sparkguard.guard import Finding, Severity, window_partitions
+from sparkguard.guard_checks import not_null_findings
 from sparkguard.guard_window import rewrites_most, window_column_problem
 from sparkguard.plan.model import BackfillPlan, Check, CheckType, TargetSpec, Transform
 from sparkguard.plan.window_spec import range_window
@@ -35,8 +36,8 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
                                  "column"),
     "partition_type_mismatch": (Severity.BLOCK, "the partition column's type differs from "
                                 "partitioning.type"),
-    "column_missing": (Severity.BLOCK, "a business key / duplicate_check key is not a target "
-                       "column"),
+    "column_missing": (Severity.BLOCK, "a business key / duplicate_check key / "
+                       "contract.not_null name is not a target column"),
     "target_not_partitioned": (Severity.WARN, "the target is not partitioned by the column"),
     "window_not_in_source": (Severity.BLOCK, "a window partition has no rows in the source"),
     "transform_invalid": (Severity.BLOCK, "the transform does not analyse against the source"),
@@ -170,6 +171,8 @@ class _Live:
                 self.add("column_missing", f"{path}.business_keys[{j}]",
                          f"target {ref.display!r} has no column {k!r}",
                          f"use one of {sorted(names)[:20]}")
+        for np_, msg, fix in not_null_findings(t, path, df.columns, f"target {ref.display!r}"):
+            self.add("column_missing", np_, msg, fix)
         where, checks = self._checks_of(i, t)
         for ci, check in enumerate(checks):
             if check.type is CheckType.DUPLICATE_CHECK:
