@@ -42,15 +42,34 @@ def column(name: str) -> Column:
 
 
 def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
-    """The column as a value Spark can hash: maps become entries sorted by key, variants JSON."""
+    """The column as a value Spark can hash: maps become entries sorted by key, arrays and
+    structs keep their shape (:func:`_shaped`), variants and maps nested in others JSON."""
     col, dt = column(name), df.schema[name].dataType
     if isinstance(dt, T.MapType) and not _has_map(dt.keyType) and not _has_map(dt.valueType):
         return F.array_sort(F.map_entries(col))
     if _has_map(dt) or type(dt).__name__ == "VariantType":
         return F.to_json(col)
+    if isinstance(dt, (T.ArrayType, T.StructType)):
+        return _shaped(col, dt)
     if rtrim and isinstance(dt, T.StringType):
         return F.rtrim(col)
     return col
+
+
+def _shaped(col: Column, dt: T.DataType) -> Column:
+    """An array or struct with its shape made hashable: Spark's hashes skip null elements and
+    fields and hash no lengths, so ``["a", null]`` and ``["a"]``, or ``[[1, 2], [3]]`` and
+    ``[[1], [2, 3]]``, would hash alike. Each array carries its size, each element and field
+    a null flag."""
+    if isinstance(dt, T.ArrayType):
+        return F.struct(F.size(col), F.transform(col, lambda x: _flagged(x, dt.elementType)))
+    if isinstance(dt, T.StructType):
+        return F.struct(*[_flagged(col.getField(f.name), f.dataType) for f in dt.fields])
+    return col
+
+
+def _flagged(col: Column, dt: T.DataType) -> Column:
+    return F.struct(col.isNull(), _shaped(col, dt))
 
 
 def _pack_flags(flags: Sequence[Column]) -> list[Column]:

@@ -600,3 +600,35 @@ def test_column_names_with_a_dot_a_backquote_and_a_space(spark: Any) -> None:
     assert by_key == {1: ["amount.usd"], 2: ["note`q"], 3: ["has space"]}
     nulls = [g for g in res.gates if g.gate.startswith("not_null") and g.partition is None]
     assert nulls and not nulls[0].passed  # key 3's amount.usd is null in the shadow
+
+
+def test_arrays_and_structs_compare_by_shape_nulls_included(spark: Any) -> None:
+    """Spark's hashes skip null elements and fields and hash no lengths: a null element
+    dropped, elements moved between inner arrays or a null moved between struct fields must
+    still be changes, for the preview and for the content fingerprint (verification)."""
+    from sparkguard.reconcile.hashing import table_fingerprint
+
+    schema = ("p date, k int, arr array<string>, nest array<array<int>>, "
+              "st struct<a:int,b:int>, xs array<double>")
+    day = DAYS[0]
+    same = (["a"], [[1]], (1, 2), [-0.0, math.nan])
+    pairs = {
+        1: ((["a", None], *same[1:]), same),
+        2: ((same[0], [[1, 2], [3]], *same[2:]), (same[0], [[1], [2, 3]], *same[2:])),
+        3: ((*same[:2], (None, 1), same[3]), (*same[:2], (1, None), same[3])),
+        4: (([None], *same[1:]), ([], *same[1:])),
+        5: (same, (*same[:3], [0.0, math.nan])),  # -0.0 = 0.0 and NaN = NaN inside too
+    }
+    target = spark.createDataFrame([(day, k, *b) for k, (b, _a) in pairs.items()], schema)
+    shadow = spark.createDataFrame([(day, k, *a) for k, (_b, a) in pairs.items()], schema)
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",))
+    res = reconcile(spec, shadow=shadow, target=target, partitions=[day])
+    assert res.preview is not None
+    assert (res.preview.changed, res.preview.unchanged) == (4, 1)
+    assert res.preview.changed_by_column == {"arr": 2, "nest": 1, "st": 1, "xs": 0}
+    for k in (1, 2, 3, 4):
+        one = [(day, k, *pairs[k][0])], [(day, k, *pairs[k][1])]
+        assert table_fingerprint(spark.createDataFrame(one[0], schema)) != \
+            table_fingerprint(spark.createDataFrame(one[1], schema)), k
+    assert table_fingerprint(target) == table_fingerprint(target.orderBy(target.k.desc()))
