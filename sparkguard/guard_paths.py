@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from sparkguard.guard_findings import Collector
 from sparkguard.plan.model import BackfillPlan, TargetSpec
 from sparkguard.plan.window import target_order
-from sparkguard.sql import TableRef
+from sparkguard.sql import TableRef, UnsafeSQLError
 
 __all__ = ["allowed_roots", "outside_roots", "placeholder_rules", "target_rules"]
 
@@ -77,8 +77,13 @@ def target_rules(plan: BackfillPlan, c: Collector) -> None:
         else:
             datasets.append(t.dataset)
             _transform(plan, i, t, c)
-    if len(set(datasets)) != len(datasets):
-        c.add("target_duplicated", "targets", "a target is listed twice", "list each target once")
+    seen: dict[object, int] = {}
+    for i, ds in enumerate(datasets):
+        j = seen.setdefault(_identity(ds), i)
+        if j != i:
+            c.add("target_duplicated", "targets", f"a target is listed twice: targets[{j}] "
+                  f"{datasets[j]!r} and targets[{i}] {ds!r} name the same table",
+                  "list each target once")
     labels = [t.label for t in plan.target_specs()]
     if len(set(labels)) != len(labels):
         c.add("target_duplicated", "targets", "two targets share a name",
@@ -112,11 +117,25 @@ def target_rules(plan: BackfillPlan, c: Collector) -> None:
         c.add("target_dependencies", "targets", str(exc), "fix depends_on")
 
 
+def _identity(dataset: str) -> object:
+    """What names one table, however it is spelt: a path normalised (``/lake/t/``,
+    ``/lake//t`` and ``file:///lake/t`` are ``/lake/t``), a name without case or the default
+    catalog (``spark_catalog.db.t`` is ``db.t``)."""
+    try:
+        ref = TableRef.parse(dataset)
+    except UnsafeSQLError:
+        return dataset
+    if ref.path is not None:
+        return _norm(ref.path)
+    return str(ref.name).lower().removeprefix("spark_catalog.")
+
+
 def _same_dataset(a: str, b: str) -> bool:
+    """The same table, or (paths) one table's folder inside the other's."""
     ra, rb = TableRef.parse(a), TableRef.parse(b)
     if ra.path is not None and rb.path is not None:
-        return _norm(ra.path) == _norm(rb.path)
-    return a.lower() == b.lower()
+        return _overlaps(ra.path, rb.path)
+    return _identity(a) == _identity(b)
 
 
 def _transform(plan: BackfillPlan, i: int, t: TargetSpec, c: Collector) -> None:

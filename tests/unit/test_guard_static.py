@@ -179,6 +179,15 @@ CASES: list[tuple[str, Mutate, set[str]]] = [
      {"source_is_target"}),
     ("source_is_target", _set("source_of_truth.dataset", "/lake/target/../target/orders_clean"),
      {"source_is_target"}),
+    # the same table spelt another way, under another name
+    ("target_duplicated", lambda p: p["targets"].append(
+        {**copy.deepcopy(p["targets"][0]), "name": "again",
+         "dataset": "/lake//target/orders_clean/"}), {"target_duplicated"}),
+    ("target_duplicated", lambda p: p["targets"].append(
+        {**copy.deepcopy(p["targets"][0]), "name": "again",
+         "dataset": "file:///lake/target/orders_clean"}), {"target_duplicated"}),
+    # a target's folder inside the source's (a VACUUM of one deletes the other's files)
+    ("source_is_target", _set("source_of_truth.dataset", "/lake/target"), {"source_is_target"}),
     ("no_shadow", _set("execution.shadow_location", "/lake/target/orders_clean"), {"no_shadow"}),
     ("no_shadow", _set("execution.shadow_location", "/lake/target/orders_clean/_shadow"),
      {"no_shadow"}),
@@ -321,3 +330,12 @@ def test_guard_exit_codes(tmp_path, capsys):
     path.write_text(plan_yaml(data))
     assert main(["guard", str(path), "--static-only", "--pre-approval"]) == 0
     assert "[WARN ] check_field_ignored" in capsys.readouterr().out
+
+
+def test_a_table_name_is_the_same_table_in_any_case_and_with_the_default_catalog() -> None:
+    from sparkguard.guard_paths import _identity, _same_dataset
+
+    assert _same_dataset("spark_catalog.Silver.Orders", "silver.orders")
+    assert _identity("silver.orders") == _identity("SILVER.ORDERS")
+    assert not _same_dataset("silver.orders", "silver.orders_v2")
+    assert not _same_dataset("/lake/t", "/lake/t2")
