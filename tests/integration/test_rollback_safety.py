@@ -210,3 +210,27 @@ def test_a_commit_landing_between_the_check_and_restore_refuses_the_restore(
     # the lock is free again, and a re-run sees the commit at its first check
     assert _rollback(root, run_id) == 2
     assert "--force" in capsys.readouterr().err
+
+
+def test_a_rollback_stopped_after_its_restore_is_finished_by_rollback_not_undone_by_run(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """A rollback killed after its RESTORE leaves the run in ``rolling_back``: ``run`` refuses
+    it (exit 2, nothing written) instead of promoting again; the rollback's re-run finishes."""
+    root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    dies_at(monkeypatch, rollback, "after_rollback_restore",
+            lambda: rollback.rollback_run(spark, home, run_id, out=lambda _m: None))
+    assert run_progress(Ledger(spark, home).run_events(run_id)).state == "rolling_back"
+    history, events = _history(spark, target), Ledger(spark, home).run_events(run_id)
+    # `run` of the same plan must not resume the run and promote it again
+    assert main(["run", "--plan", str(root / "plan.yaml"), "--home", home,
+                 "--evidence-dir", str(root / "evidence")]) == 2
+    err = capsys.readouterr().err
+    assert run_id in err and f"sparkguard rollback --run-id {run_id}" in err
+    assert "nothing was written" in err
+    assert _history(spark, target) == history
+    assert Ledger(spark, home).run_events(run_id) == events
+    assert _rollback(root, run_id) == 0
+    assert run_progress(Ledger(spark, home).run_events(run_id)).state == "rolled_back"
+    assert_df_equality(_read(spark, target), before, ignore_nullable=True)
+    assert [h["operation"] for h in _history(spark, target)].count("RESTORE") == 1
