@@ -7,10 +7,11 @@ place, no other writer may have committed after it (``force`` overrides, and the
 RESTORE would undo are listed), and the files the recorded version needs must still exist
 (VACUUM may have removed them). Right before each RESTORE the target's history is read again:
 a commit that landed since the check (a writer outside sparkguard) refuses that RESTORE. Then
-each target is restored in one commit tagged with the run id, verified (same data files as
-the recorded version, same window content), and the rollback is recorded in the ledger and
-in the run's evidence. Re-running after a crash finishes the job: a target already restored by
-this rollback is found by its commit.
+each target is restored in one commit tagged with the run id, and that commit (found by its
+userMetadata, so later commits by other writers do not count) is verified by time travel: same
+data files as the recorded version, same window content. The rollback is recorded in the
+ledger and in the run's evidence. Re-running after a crash finishes the job: a target already
+restored by this rollback is found by its commit.
 """
 
 from __future__ import annotations
@@ -229,16 +230,28 @@ def _restore_one(spark: SparkSession, ledger: Ledger, prog: RunProgress, pt: Rol
     meta = delta_ops.user_metadata(prog.run_id, prog.fingerprint, "rollback", target=pt.label)
     delta_ops.restore(spark, pt.ref, pt.rollback_version, meta)
     failpoint("after_rollback_restore")
-    pt.new_version = delta_ops.current_version(spark, pt.ref)
+    assert pt.promoted_version is not None
+    pt.new_version = delta_ops.find_commit(spark, pt.ref, prog.run_id, "rollback",
+                                           pt.promoted_version)
     _verify(spark, pt, window, out)
 
 
 def _verify(spark: SparkSession, pt: RollbackPoint, window: str | None,
             out: Callable[[str], None]) -> None:
-    """Same data files as the recorded version, and the same window content."""
+    """The rollback's RESTORE commit (``pt.new_version``) against the recorded version: same
+    data files, same window content (time travel; later commits by others do not count)."""
     ref, version = pt.ref, pt.rollback_version
-    same_files = delta_ops.snapshot_files(spark, ref) == delta_ops.snapshot_files(spark, ref, version)
-    now, then = delta_ops.read_table(spark, ref), delta_ops.read_version(spark, ref, version)
+    if pt.new_version is None:
+        pt.verified = False
+        out(f"{pt.dataset}: {restore_statement(ref, version)} -> no RESTORE commit of this "
+            "rollback in the history")
+        raise GateFailedError(f"{pt.dataset}: no RESTORE commit of this rollback found after "
+                              f"version {pt.promoted_version}; the table was not restored")
+    restored = pt.new_version
+    same_files = (delta_ops.snapshot_files(spark, ref, restored)
+                  == delta_ops.snapshot_files(spark, ref, version))
+    now, then = (delta_ops.read_version(spark, ref, restored),
+                 delta_ops.read_version(spark, ref, version))
     if window:
         now, then = now.filter(window), then.filter(window)
     same_rows = table_fingerprint(now) == table_fingerprint(then)

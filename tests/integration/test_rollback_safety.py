@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from sparkguard import delta_ops, rollback
 from sparkguard.cli import main
-from sparkguard.demo import transform_orders
+from sparkguard.demo import START, transform_orders
 from sparkguard.ledger import Ledger, run_progress
 from sparkguard.sql import TableRef
 from tests.failpoints import at_failpoint, dies_at
@@ -31,6 +31,12 @@ def _read(spark: Any, path: Path) -> DataFrame:
     return spark.read.format("delta").load(str(path)).orderBy("order_date", "order_id")
 
 
+def _frozen(spark: Any, df: DataFrame) -> DataFrame:
+    """``df``'s rows as of now. Not ``df.cache()``: a Delta write through the DataFrame API
+    re-caches every cached read of the table, which then follows the table."""
+    return spark.createDataFrame(df.collect(), df.schema).orderBy("order_date", "order_id")
+
+
 def _history(spark: Any, path: Path) -> list[dict[str, Any]]:
     return [r.asDict() for r in DeltaTable.forPath(spark, str(path)).history()
             .orderBy("version").collect()]
@@ -40,8 +46,7 @@ def _promoted(spark: Any, base: Path, dest: Path, capsys: Any) -> tuple[Path, st
     """A lake after a successful backfill: (root, run id, target content before it)."""
     root = copy_lake(base, dest)
     plan = write_plan(root, lambda p: p["execution"].update(slice_partitions=3))
-    before = _read(spark, root / "target" / "orders_clean").cache()
-    before.count()
+    before = _frozen(spark, _read(spark, root / "target" / "orders_clean"))
     assert main(["run", "--plan", str(plan), "--home", str(root / "_sg"),
                  "--evidence-dir", str(root / "evidence")]) == 0
     (prog,) = Ledger(spark, str(root / "_sg")).latest_runs()
@@ -212,10 +217,28 @@ def test_a_commit_landing_between_the_check_and_restore_refuses_the_restore(
     assert "--force" in capsys.readouterr().err
 
 
+def _append_outside_window(spark: Any, target: Path) -> int:
+    """Another writer appends 3 rows on a day outside the plan window (order ids >= 10**8)."""
+    rows = (spark.read.format("delta").load(str(target))
+            .filter(F.col("order_date") == F.lit(START)).limit(3)
+            .withColumn("order_id", F.col("order_id") + 10 ** 8))
+    rows.write.format("delta").mode("append").save(str(target))
+    return 3
+
+
+def _appended(spark: Any, target: Path) -> int:
+    return _read(spark, target).filter(F.col("order_id") >= 10 ** 8).count()
+
+
+def _others_removed(spark: Any, target: Path) -> DataFrame:
+    return _read(spark, target).filter(F.col("order_id") < 10 ** 8)
+
+
 def test_a_rollback_stopped_after_its_restore_is_finished_by_rollback_not_undone_by_run(
         spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
     """A rollback killed after its RESTORE leaves the run in ``rolling_back``: ``run`` refuses
-    it (exit 2, nothing written) instead of promoting again; the rollback's re-run finishes."""
+    it (exit 2, nothing written) instead of promoting again; a later commit by another writer
+    does not stop the rollback's re-run from verifying its own RESTORE and finishing."""
     root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
     target, home = root / "target" / "orders_clean", str(root / "_sg")
     dies_at(monkeypatch, rollback, "after_rollback_restore",
@@ -230,7 +253,29 @@ def test_a_rollback_stopped_after_its_restore_is_finished_by_rollback_not_undone
     assert "nothing was written" in err
     assert _history(spark, target) == history
     assert Ledger(spark, home).run_events(run_id) == events
+    # another writer commits after the RESTORE; the re-run verifies that RESTORE and finishes
+    appended = _append_outside_window(spark, target)
     assert _rollback(root, run_id) == 0
     assert run_progress(Ledger(spark, home).run_events(run_id)).state == "rolled_back"
-    assert_df_equality(_read(spark, target), before, ignore_nullable=True)
+    assert _appended(spark, target) == appended
+    assert_df_equality(_others_removed(spark, target), before, ignore_nullable=True)
     assert [h["operation"] for h in _history(spark, target)].count("RESTORE") == 1
+
+
+def test_rollback_verifies_its_own_restore_commit_not_the_current_table(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """A writer committing between the RESTORE and its verification does not fail it: the
+    RESTORE commit itself is compared with the rollback point."""
+    root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    with at_failpoint(monkeypatch, rollback, "after_rollback_restore",
+                      lambda _n: _append_outside_window(spark, target)):
+        assert _rollback(root, run_id) == 0
+    assert run_progress(Ledger(spark, home).run_events(run_id)).state == "rolled_back"
+    restore, append = _history(spark, target)[-2:]
+    assert (restore["operation"], append["operation"]) == ("RESTORE", "WRITE")
+    ev = yaml.safe_load((root / "evidence" / f"{run_id}.yaml").read_text())
+    (rb,) = ev["sparkguard"]["rollbacks"][0]["targets"]
+    assert rb["new_version"] == restore["version"] and rb["verified"] is True
+    assert _appended(spark, target) == 3
+    assert_df_equality(_others_removed(spark, target), before, ignore_nullable=True)
