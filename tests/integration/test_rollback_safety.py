@@ -19,8 +19,9 @@ from sparkguard import delta_ops, rollback
 from sparkguard.cli import main
 from sparkguard.demo import START, transform_orders
 from sparkguard.ledger import Ledger, run_progress
+from sparkguard.publish import PublishControl, is_paused
 from sparkguard.sql import TableRef
-from tests.failpoints import at_failpoint, dies_at
+from tests.failpoints import Crash, at_failpoint, dies_at
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -226,6 +227,10 @@ def _append_outside_window(spark: Any, target: Path) -> int:
     return 3
 
 
+def _dies(*_a: object, **_k: object) -> None:
+    raise Crash("killed")
+
+
 def _appended(spark: Any, target: Path) -> int:
     return _read(spark, target).filter(F.col("order_id") >= 10 ** 8).count()
 
@@ -244,6 +249,7 @@ def test_a_rollback_stopped_after_its_restore_is_finished_by_rollback_not_undone
     dies_at(monkeypatch, rollback, "after_rollback_restore",
             lambda: rollback.rollback_run(spark, home, run_id, out=lambda _m: None))
     assert run_progress(Ledger(spark, home).run_events(run_id)).state == "rolling_back"
+    assert is_paused(home, str(target))  # the rollback's hold stays while it is unfinished
     history, events = _history(spark, target), Ledger(spark, home).run_events(run_id)
     # `run` of the same plan must not resume the run and promote it again
     assert main(["run", "--plan", str(root / "plan.yaml"), "--home", home,
@@ -260,22 +266,36 @@ def test_a_rollback_stopped_after_its_restore_is_finished_by_rollback_not_undone
     assert _appended(spark, target) == appended
     assert_df_equality(_others_removed(spark, target), before, ignore_nullable=True)
     assert [h["operation"] for h in _history(spark, target)].count("RESTORE") == 1
+    assert not is_paused(home, str(target))
 
 
-def test_rollback_verifies_its_own_restore_commit_not_the_current_table(
+def test_rollback_pauses_publish_until_it_finishes_and_verifies_its_own_restore(
         spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
-    """A writer committing between the RESTORE and its verification does not fail it: the
-    RESTORE commit itself is compared with the rollback point."""
+    """A rollback stopped half-way keeps its publish hold on the target; the re-run that
+    finishes releases it. A writer committing between the RESTORE and its verification does
+    not fail it: the RESTORE commit itself is compared with the rollback point."""
     root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
     target, home = root / "target" / "orders_clean", str(root / "_sg")
-    with at_failpoint(monkeypatch, rollback, "after_rollback_restore",
-                      lambda _n: _append_outside_window(spark, target)):
-        assert _rollback(root, run_id) == 0
-    assert run_progress(Ledger(spark, home).run_events(run_id)).state == "rolled_back"
+    assert not is_paused(home, str(target))
+    dies_at(monkeypatch, rollback, "mid_rollback",
+            lambda: rollback.rollback_run(spark, home, run_id, out=lambda _m: None))
+    assert is_paused(home, str(target))
+    # the re-run: another writer appends between the RESTORE and its verification; the
+    # process then dies after recording rolled_back, before releasing the hold
+    with (at_failpoint(monkeypatch, rollback, "after_rollback_restore",
+                       lambda _n: _append_outside_window(spark, target)),
+          monkeypatch.context() as mp, pytest.raises(Crash)):
+        mp.setattr(PublishControl, "release", _dies)
+        _rollback(root, run_id)
+    events = Ledger(spark, home).run_events(run_id)
+    assert run_progress(events).state == "rolled_back"
     restore, append = _history(spark, target)[-2:]
     assert (restore["operation"], append["operation"]) == ("RESTORE", "WRITE")
-    ev = yaml.safe_load((root / "evidence" / f"{run_id}.yaml").read_text())
-    (rb,) = ev["sparkguard"]["rollbacks"][0]["targets"]
-    assert rb["new_version"] == restore["version"] and rb["verified"] is True
+    (verified,) = events[-1]["details"]["rolled_back"]  # the RESTORE commit was verified
+    assert verified["new_version"] == restore["version"] and verified["verified"] is True
+    assert is_paused(home, str(target))  # died before releasing: publish stays paused
+    # the same command again: nothing to restore; the hold is released
+    assert _rollback(root, run_id) == 0
+    assert not is_paused(home, str(target))
     assert _appended(spark, target) == 3
     assert_df_equality(_others_removed(spark, target), before, ignore_nullable=True)
