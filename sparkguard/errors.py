@@ -75,7 +75,8 @@ class GuardError(PlanError):
 
 
 class ConcurrentRunError(SparkguardError):
-    """Raised when another run holds the lock on a target."""
+    """Raised when another run holds the lock on a target, or a rollback of the plan's run
+    stopped unfinished."""
 
     exit_code = EXIT_USAGE
 

@@ -7,10 +7,13 @@ place, no other writer may have committed after it (``force`` overrides, and the
 RESTORE would undo are listed), and the files the recorded version needs must still exist
 (VACUUM may have removed them). Right before each RESTORE the target's history is read again:
 a commit that landed since the check (a writer outside sparkguard) refuses that RESTORE. Then
-each target is restored in one commit tagged with the run id, verified (same data files as
-the recorded version, same window content), and the rollback is recorded in the ledger and
-in the run's evidence. Re-running after a crash finishes the job: a target already restored by
-this rollback is found by its commit.
+each target is restored in one commit tagged with the run id, and that commit (found by its
+userMetadata, so later commits by other writers do not count) is verified by time travel: same
+data files as the recorded version, same window content. The rollback is recorded in the
+ledger and in the run's evidence. From before the first RESTORE until ``rolled_back`` is
+recorded, the rollback holds publish paused on its targets (hold ``<run>/rollback``); a rollback
+that stops keeps it. Re-running after a crash finishes the job: a target already restored by
+this rollback is found by its commit, and the hold is released at the end.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from sparkguard.evidence import render_markdown
 from sparkguard.faults import failpoint
 from sparkguard.ledger import Ledger, RunProgress, run_progress
 from sparkguard.notify import Notifier, notifiers_from_env, send_all
+from sparkguard.publish import PublishControl
 from sparkguard.reconcile.engine import table_fingerprint
 from sparkguard.sql import PartitionType, TableRef, restore_statement, window_predicate
 
@@ -167,8 +171,11 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
     points = check_rollback(spark, prog)
     todo = [p for p in points if p.promoted_version is not None]
     done = [p for p in points if p.already_rolled_back is not None]
+    publish, hold = PublishControl(spark, ledger.home), rollback_lock_id(run_id)
+    actor = os.environ.get("SPARKGUARD_ACTOR") or _user()
     if prog.state == "rolled_back" and not todo:
         out(f"run {run_id} was already rolled back; nothing to do")
+        _release_left_hold(publish, [p.dataset for p in points], hold, actor, out)
         return points
     if not todo and not done:
         raise RollbackRefusedError(
@@ -177,8 +184,10 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
     problems = _refusals(todo, force)
     if problems:
         raise RollbackRefusedError("rollback refused, nothing restored:\n  " + "\n  ".join(problems))
-    actor = os.environ.get("SPARKGUARD_ACTOR") or _user()
-    if prog.state != "rolling_back":
+    if prog.state != "rolling_back":  # a re-run's hold is set already
+        paused = [p.dataset for p in todo]
+        publish.pause(paused, run_id=hold, actor=actor, reason=f"rollback of run {run_id}")
+        out(f"publish paused for {', '.join(paused)} (hold {hold}) until the rollback finishes")
         ledger.record_run(run_id, "rolling_back", fingerprint=prog.fingerprint, actor=actor,
                           forced=force, targets=[p.label for p in todo],
                           undone_commits={p.label: [str(c["version"]) for c in p.later_commits]
@@ -194,11 +203,24 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
     results = [p.to_dict() for p in [*todo, *done]]
     ledger.record_run(run_id, "rolled_back", fingerprint=prog.fingerprint, actor=actor,
                       forced=force, rolled_back=results)
+    publish.release([p.dataset for p in [*todo, *done]], hold, actor=actor,
+                    reason=f"rollback of run {run_id} finished")
+    out(f"publish hold {hold} released")
     send_all(list(notifiers) if notifiers is not None else notifiers_from_env(), "rolled_back",
              prog.recipients, {"run_id": run_id, "plan": prog.plan_name, "targets": {
                  p.dataset: p.rollback_version for p in [*todo, *done]}})
     _record_in_evidence(prog, results, actor, force, out, ledger)
     return [*todo, *done]
+
+
+def _release_left_hold(publish: PublishControl, datasets: Sequence[str], hold: str, actor: str,
+                       out: Callable[[str], None]) -> None:
+    """Release the rollback's hold where it is still set (it died before releasing it)."""
+    held = [t for t, st in publish.statuses(datasets).items()
+            if any(h["hold"] == hold for h in st.holds)]
+    if held:
+        publish.release(held, hold, actor=actor, reason="rollback finished earlier")
+        out(f"publish hold {hold} released")
 
 
 def _recheck(spark: SparkSession, run_id: str, pt: RollbackPoint,
@@ -229,16 +251,28 @@ def _restore_one(spark: SparkSession, ledger: Ledger, prog: RunProgress, pt: Rol
     meta = delta_ops.user_metadata(prog.run_id, prog.fingerprint, "rollback", target=pt.label)
     delta_ops.restore(spark, pt.ref, pt.rollback_version, meta)
     failpoint("after_rollback_restore")
-    pt.new_version = delta_ops.current_version(spark, pt.ref)
+    assert pt.promoted_version is not None
+    pt.new_version = delta_ops.find_commit(spark, pt.ref, prog.run_id, "rollback",
+                                           pt.promoted_version)
     _verify(spark, pt, window, out)
 
 
 def _verify(spark: SparkSession, pt: RollbackPoint, window: str | None,
             out: Callable[[str], None]) -> None:
-    """Same data files as the recorded version, and the same window content."""
+    """The rollback's RESTORE commit (``pt.new_version``) against the recorded version: same
+    data files, same window content (time travel; later commits by others do not count)."""
     ref, version = pt.ref, pt.rollback_version
-    same_files = delta_ops.snapshot_files(spark, ref) == delta_ops.snapshot_files(spark, ref, version)
-    now, then = delta_ops.read_table(spark, ref), delta_ops.read_version(spark, ref, version)
+    if pt.new_version is None:
+        pt.verified = False
+        out(f"{pt.dataset}: {restore_statement(ref, version)} -> no RESTORE commit of this "
+            "rollback in the history")
+        raise GateFailedError(f"{pt.dataset}: no RESTORE commit of this rollback found after "
+                              f"version {pt.promoted_version}; the table was not restored")
+    restored = pt.new_version
+    same_files = (delta_ops.snapshot_files(spark, ref, restored)
+                  == delta_ops.snapshot_files(spark, ref, version))
+    now, then = (delta_ops.read_version(spark, ref, restored),
+                 delta_ops.read_version(spark, ref, version))
     if window:
         now, then = now.filter(window), then.filter(window)
     same_rows = table_fingerprint(now) == table_fingerprint(then)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkguard import delta_ops, faults
-from sparkguard.errors import GuardError, SparkguardError
+from sparkguard.errors import ConcurrentRunError, GuardError, SparkguardError
 from sparkguard.guard import blocking, static_findings
 from sparkguard.guard_live import live_check
 from sparkguard.ledger import PlanHistory, RunProgress, new_run_id
@@ -43,7 +43,8 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState) -> None:
     """Read the ledger once, resume or start the run, lock the targets, pin the source.
 
     Raises :class:`Finished`, without starting a run, when the newest run of this plan already
-    finished from the same source version and the targets are still as it left them.
+    finished from the same source version and the targets are still as it left them; raises
+    :class:`ConcurrentRunError` (exit 2, nothing written) when that run is being rolled back.
     """
     job(ctx, state, f"plan {ctx.plan.name}: read the ledger")
     ctx.ledger.ensure()
@@ -52,6 +53,11 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState) -> None:
     if runs and runs[0].state == "done" and not ctx.options.dry_run:
         _already_done(ctx, state, runs[0])
     prev = hist.resumable()
+    if prev is not None and prev.state == "rolling_back":  # resuming would promote it again
+        raise ConcurrentRunError(
+            f"run {prev.run_id} of this plan is being rolled back (state rolling_back: its "
+            f"rollback stopped before it finished); finish the rollback with `sparkguard "
+            f"rollback --run-id {prev.run_id}` (re-run it); nothing was written")
     if prev is not None and ctx.options.dry_run and any(
             t.rollback_version is not None for t in prev.targets.values()):
         raise SparkguardError(

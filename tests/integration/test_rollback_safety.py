@@ -17,10 +17,11 @@ from pyspark.sql import functions as F
 
 from sparkguard import delta_ops, rollback
 from sparkguard.cli import main
-from sparkguard.demo import transform_orders
+from sparkguard.demo import START, transform_orders
 from sparkguard.ledger import Ledger, run_progress
+from sparkguard.publish import PublishControl, is_paused
 from sparkguard.sql import TableRef
-from tests.failpoints import at_failpoint, dies_at
+from tests.failpoints import Crash, at_failpoint, dies_at
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -29,6 +30,12 @@ pytestmark = pytest.mark.spark
 
 def _read(spark: Any, path: Path) -> DataFrame:
     return spark.read.format("delta").load(str(path)).orderBy("order_date", "order_id")
+
+
+def _frozen(spark: Any, df: DataFrame) -> DataFrame:
+    """``df``'s rows as of now. Not ``df.cache()``: a Delta write through the DataFrame API
+    re-caches every cached read of the table, which then follows the table."""
+    return spark.createDataFrame(df.collect(), df.schema).orderBy("order_date", "order_id")
 
 
 def _history(spark: Any, path: Path) -> list[dict[str, Any]]:
@@ -40,8 +47,7 @@ def _promoted(spark: Any, base: Path, dest: Path, capsys: Any) -> tuple[Path, st
     """A lake after a successful backfill: (root, run id, target content before it)."""
     root = copy_lake(base, dest)
     plan = write_plan(root, lambda p: p["execution"].update(slice_partitions=3))
-    before = _read(spark, root / "target" / "orders_clean").cache()
-    before.count()
+    before = _frozen(spark, _read(spark, root / "target" / "orders_clean"))
     assert main(["run", "--plan", str(plan), "--home", str(root / "_sg"),
                  "--evidence-dir", str(root / "evidence")]) == 0
     (prog,) = Ledger(spark, str(root / "_sg")).latest_runs()
@@ -210,3 +216,86 @@ def test_a_commit_landing_between_the_check_and_restore_refuses_the_restore(
     # the lock is free again, and a re-run sees the commit at its first check
     assert _rollback(root, run_id) == 2
     assert "--force" in capsys.readouterr().err
+
+
+def _append_outside_window(spark: Any, target: Path) -> int:
+    """Another writer appends 3 rows on a day outside the plan window (order ids >= 10**8)."""
+    rows = (spark.read.format("delta").load(str(target))
+            .filter(F.col("order_date") == F.lit(START)).limit(3)
+            .withColumn("order_id", F.col("order_id") + 10 ** 8))
+    rows.write.format("delta").mode("append").save(str(target))
+    return 3
+
+
+def _dies(*_a: object, **_k: object) -> None:
+    raise Crash("killed")
+
+
+def _appended(spark: Any, target: Path) -> int:
+    return _read(spark, target).filter(F.col("order_id") >= 10 ** 8).count()
+
+
+def _others_removed(spark: Any, target: Path) -> DataFrame:
+    return _read(spark, target).filter(F.col("order_id") < 10 ** 8)
+
+
+def test_a_rollback_stopped_after_its_restore_is_finished_by_rollback_not_undone_by_run(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """A rollback killed after its RESTORE leaves the run in ``rolling_back``: ``run`` refuses
+    it (exit 2, nothing written) instead of promoting again; a later commit by another writer
+    does not stop the rollback's re-run from verifying its own RESTORE and finishing."""
+    root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    dies_at(monkeypatch, rollback, "after_rollback_restore",
+            lambda: rollback.rollback_run(spark, home, run_id, out=lambda _m: None))
+    assert run_progress(Ledger(spark, home).run_events(run_id)).state == "rolling_back"
+    assert is_paused(home, str(target))  # the rollback's hold stays while it is unfinished
+    history, events = _history(spark, target), Ledger(spark, home).run_events(run_id)
+    # `run` of the same plan must not resume the run and promote it again
+    assert main(["run", "--plan", str(root / "plan.yaml"), "--home", home,
+                 "--evidence-dir", str(root / "evidence")]) == 2
+    err = capsys.readouterr().err
+    assert run_id in err and f"sparkguard rollback --run-id {run_id}" in err
+    assert "nothing was written" in err
+    assert _history(spark, target) == history
+    assert Ledger(spark, home).run_events(run_id) == events
+    # another writer commits after the RESTORE; the re-run verifies that RESTORE and finishes
+    appended = _append_outside_window(spark, target)
+    assert _rollback(root, run_id) == 0
+    assert run_progress(Ledger(spark, home).run_events(run_id)).state == "rolled_back"
+    assert _appended(spark, target) == appended
+    assert_df_equality(_others_removed(spark, target), before, ignore_nullable=True)
+    assert [h["operation"] for h in _history(spark, target)].count("RESTORE") == 1
+    assert not is_paused(home, str(target))
+
+
+def test_rollback_pauses_publish_until_it_finishes_and_verifies_its_own_restore(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """A rollback stopped half-way keeps its publish hold on the target; the re-run that
+    finishes releases it. A writer committing between the RESTORE and its verification does
+    not fail it: the RESTORE commit itself is compared with the rollback point."""
+    root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    assert not is_paused(home, str(target))
+    dies_at(monkeypatch, rollback, "mid_rollback",
+            lambda: rollback.rollback_run(spark, home, run_id, out=lambda _m: None))
+    assert is_paused(home, str(target))
+    # the re-run: another writer appends between the RESTORE and its verification; the
+    # process then dies after recording rolled_back, before releasing the hold
+    with (at_failpoint(monkeypatch, rollback, "after_rollback_restore",
+                       lambda _n: _append_outside_window(spark, target)),
+          monkeypatch.context() as mp, pytest.raises(Crash)):
+        mp.setattr(PublishControl, "release", _dies)
+        _rollback(root, run_id)
+    events = Ledger(spark, home).run_events(run_id)
+    assert run_progress(events).state == "rolled_back"
+    restore, append = _history(spark, target)[-2:]
+    assert (restore["operation"], append["operation"]) == ("RESTORE", "WRITE")
+    (verified,) = events[-1]["details"]["rolled_back"]  # the RESTORE commit was verified
+    assert verified["new_version"] == restore["version"] and verified["verified"] is True
+    assert is_paused(home, str(target))  # died before releasing: publish stays paused
+    # the same command again: nothing to restore; the hold is released
+    assert _rollback(root, run_id) == 0
+    assert not is_paused(home, str(target))
+    assert _appended(spark, target) == 3
+    assert_df_equality(_others_removed(spark, target), before, ignore_nullable=True)
