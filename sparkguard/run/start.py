@@ -39,7 +39,7 @@ def visit_guard(stage: Guard, ctx: RunContext, state: RunState) -> dict[str, int
     return rows
 
 
-def visit_lock(stage: Lock, ctx: RunContext, state: RunState) -> None:
+def visit_lock(stage: Lock, ctx: RunContext, state: RunState, again: bool = False) -> None:
     """Read the ledger once, resume or start the run, lock the targets, pin the source.
 
     Raises :class:`Finished`, without starting a run, when the newest run of this plan already
@@ -72,6 +72,19 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState) -> None:
     state.locked, state.holds_locks = displays, True
     took_over = {t: h.run_id for t, (what, h) in decisions.items()
                  if what == "takeover" and h is not None}
+    if prev is not None and _moved_on(ctx, hist, prev):
+        # The run was live when the ledger was read and finished (or stopped) before the lock
+        # was free: resuming it from that read would redo or undo its steps. Read again.
+        ctx.ledger.release(displays, state.run_id)
+        state.locked, state.holds_locks = [], False
+        if again:
+            raise ConcurrentRunError(
+                f"run {prev.run_id} of this plan keeps moving on while this run reads the "
+                "ledger (another process is running it); nothing was done: re-run later")
+        ctx.say(f"run {prev.run_id} moved on while the ledger was read (another process "
+                "finished or stopped it); reading the ledger again")
+        visit_lock(stage, ctx, state, again=True)
+        return
     for other in sorted(set(took_over.values()) - {state.run_id}):
         old = ctx.ledger.progress(other)  # recorded under its own plan's fingerprint
         ctx.ledger.record_run(other, "abandoned", fingerprint=old.fingerprint if old else "?",
@@ -108,6 +121,12 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState) -> None:
     ctx.say(f"run {state.run_id}: plan {ctx.plan.name} fingerprint {ctx.fingerprint[:12]}, "
             f"source {ctx.source.display} pinned at version {state.source_version}")
     faults.failpoint("after_lock")
+
+
+def _moved_on(ctx: RunContext, hist: PlanHistory, prev: RunProgress) -> bool:
+    """Has the run to resume recorded events since the ledger was read (now that its locks are
+    ours, it cannot record more)?"""
+    return len(ctx.ledger.run_events(prev.run_id)) != len(hist.runs.get(prev.run_id, []))
 
 
 def _load_done(ctx: RunContext, state: RunState, hist: PlanHistory) -> None:

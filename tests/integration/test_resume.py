@@ -230,3 +230,34 @@ def test_a_failure_after_publish_reopened_keeps_the_verified_promotion_and_the_r
     assert [h["operation"] for h in _history(spark, target) if h["version"] > v0] == ["WRITE"]
     assert run_progress(Ledger(spark, home).run_events(out.run_id)).state == "done"
     assert not is_paused(spark, str(target), home)
+
+
+def test_a_run_finished_by_another_process_while_the_ledger_was_read_is_not_resumed_again(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """A re-run reads the ledger while another process is finishing the stopped run; by the
+    time the lock is free that run is done. Resuming it from the stale read would see its own
+    promotion as another writer's change and fail it; the re-run reads again: nothing to do."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    v0 = _history(spark, target)[-1]["version"]
+    dies_at(monkeypatch, faults, "mid_reconcile", lambda: _run(spark, plan))
+    (stopped,) = Ledger(spark, home).latest_runs()
+    real_acquire = Ledger.acquire
+    calls: list[int] = []
+    others: list[RunOutcome] = []
+
+    def acquire(self: Ledger, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:  # the other process finishes the run just before this one locks
+            others.append(_run(spark, plan))
+        return real_acquire(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "acquire", acquire)
+    out = _run(spark, plan)
+    assert others[0].exit_code == 0 and others[0].run_id == stopped.run_id
+    assert out.exit_code == 0 and out.run_id == stopped.run_id, out.message
+    assert "already done" in out.message
+    assert [h["operation"] for h in _history(spark, target) if h["version"] > v0] == ["WRITE"]
+    assert run_progress(Ledger(spark, home).run_events(stopped.run_id)).state == "done"
+    assert not is_paused(spark, str(target), home)
