@@ -101,9 +101,9 @@ def test_second_run_refused_exit_2_naming_holder_then_stale_takeover_only_with_f
     # the flag alone is not enough before the timeout, nor the timeout without the flag
     assert _run(plan, "--takeover-stale-lock") == EXIT_USAGE
     assert "stale timeout" in capsys.readouterr().err
-    assert _run(plan, "--stale-lock-timeout", "0") == EXIT_USAGE
+    assert _run(plan, "--stale-lock-timeout", "0.001") == EXIT_USAGE
     # both: taken over; the old run is marked abandoned
-    assert _run(plan, "--takeover-stale-lock", "--stale-lock-timeout", "0", "--dry-run") == 0
+    assert _run(plan, "--takeover-stale-lock", "--stale-lock-timeout", "0.001", "--dry-run") == 0
     led = Ledger(spark, home)
     assert run_progress(led.run_events(other)).state == "abandoned"
     mine = next(p for p in led.latest_runs() if p.run_id != other)
