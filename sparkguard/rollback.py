@@ -176,6 +176,7 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
     if prog.state == "rolled_back" and not todo:
         out(f"run {run_id} was already rolled back; nothing to do")
         _release_left_hold(publish, [p.dataset for p in points], hold, actor, out)
+        _record_left_evidence(prog, events, out, ledger)
         return points
     if not todo and not done:
         raise RollbackRefusedError(
@@ -195,8 +196,8 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
     failpoint("mid_rollback")
     window = _window(events)
     for pt in todo:
-        _recheck(spark, prog.run_id, pt, [p for p in todo if p.new_version is not None])
-        _restore_one(spark, ledger, prog, pt, _window_predicate(window), out)
+        seen = _recheck(spark, prog.run_id, pt, [p for p in todo if p.new_version is not None])
+        _restore_one(spark, ledger, prog, pt, _window_predicate(window), out, seen)
     for pt in done:
         pt.new_version = pt.already_rolled_back
         _verify(spark, pt, _window_predicate(window), out)
@@ -213,6 +214,20 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
     return [*todo, *done]
 
 
+def _record_left_evidence(prog: RunProgress, events: Sequence[dict[str, Any]],
+                          out: Callable[[str], None], ledger: Ledger) -> None:
+    """Add the recorded rollback to the evidence when it died before doing so."""
+    if not prog.evidence_path or not Path(prog.evidence_path).is_file():
+        return
+    data = yaml.safe_load(Path(prog.evidence_path).read_text(encoding="utf-8")) or {}
+    if (data.get("sparkguard") or {}).get("rollbacks"):
+        return
+    last = [e for e in events if e["state"] == "rolled_back"][-1]
+    d = last.get("details") or {}
+    _record_in_evidence(prog, list(d.get("rolled_back") or []), str(d.get("actor") or "?"),
+                        bool(d.get("forced")), out, ledger)
+
+
 def _release_left_hold(publish: PublishControl, datasets: Sequence[str], hold: str, actor: str,
                        out: Callable[[str], None]) -> None:
     """Release the rollback's hold where it is still set (it died before releasing it)."""
@@ -224,18 +239,19 @@ def _release_left_hold(publish: PublishControl, datasets: Sequence[str], hold: s
 
 
 def _recheck(spark: SparkSession, run_id: str, pt: RollbackPoint,
-             restored: Sequence[RollbackPoint]) -> None:
+             restored: Sequence[RollbackPoint]) -> int:
     """Read the target's history again right before its RESTORE: a commit by another writer
-    since the check (one that ``force`` did not accept) refuses it."""
+    since the check (one that ``force`` did not accept) refuses it. Returns the newest version
+    it saw."""
     assert pt.promoted_version is not None
     accepted = {int(c["version"]) for c in pt.later_commits}
-    state = delta_ops.promotion_state(
-        delta_ops.commits_since(spark, pt.ref, pt.rollback_version), run_id, pt.label)
+    commits = delta_ops.commits_since(spark, pt.ref, pt.rollback_version)
+    state = delta_ops.promotion_state(commits, run_id, pt.label)
     fresh = [c for c in delta_ops.foreign_commits(
-        delta_ops.commits_since(spark, pt.ref, pt.promoted_version), run_id, data_only=True)
+        [c for c in commits if int(c["version"]) > pt.promoted_version], run_id, data_only=True)
         if int(c["version"]) not in accepted]
     if state.promoted_version == pt.promoted_version and not fresh:
-        return
+        return max([int(c["version"]) for c in commits], default=pt.promoted_version)
     listed = "; ".join(f"v{c['version']} {c['operation']} at {c['timestamp']}" for c in fresh[:10])
     done = (f" (already restored: {', '.join(p.dataset for p in restored)})" if restored
             else "; nothing was restored")
@@ -247,7 +263,9 @@ def _recheck(spark: SparkSession, run_id: str, pt: RollbackPoint,
 
 
 def _restore_one(spark: SparkSession, ledger: Ledger, prog: RunProgress, pt: RollbackPoint,
-                 window: str | None, out: Callable[[str], None]) -> None:
+                 window: str | None, out: Callable[[str], None], seen: int) -> None:
+    """RESTORE, then verify it; commits by others that landed between the last check (the
+    newest version ``seen``) and the RESTORE were undone by it: that fails loudly, naming them."""
     meta = delta_ops.user_metadata(prog.run_id, prog.fingerprint, "rollback", target=pt.label)
     delta_ops.restore(spark, pt.ref, pt.rollback_version, meta)
     failpoint("after_rollback_restore")
@@ -255,6 +273,18 @@ def _restore_one(spark: SparkSession, ledger: Ledger, prog: RunProgress, pt: Rol
     pt.new_version = delta_ops.find_commit(spark, pt.ref, prog.run_id, "rollback",
                                            pt.promoted_version)
     _verify(spark, pt, window, out)
+    if pt.new_version is not None and pt.new_version - 1 > seen:
+        undone = [c for c in delta_ops.foreign_commits(
+            delta_ops.commits_since(spark, pt.ref, seen), prog.run_id, data_only=True)
+            if int(c["version"]) < pt.new_version]
+        if undone:
+            listed = "; ".join(f"v{c['version']} {c['operation']} at {c['timestamp']}"
+                               for c in undone[:10])
+            raise GateFailedError(
+                f"{pt.dataset}: {len(undone)} commit(s) by other writers landed between the "
+                f"rollback's last check (version {seen}) and its RESTORE ({listed}); the RESTORE "
+                f"to version {pt.rollback_version} undid them. Publish stays paused: re-apply "
+                f"their changes, or restore version {pt.new_version - 1} to take them back")
 
 
 def _verify(spark: SparkSession, pt: RollbackPoint, window: str | None,

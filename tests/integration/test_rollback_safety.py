@@ -216,6 +216,21 @@ def test_a_commit_landing_between_the_check_and_restore_refuses_the_restore(
     # the lock is free again, and a re-run sees the commit at its first check
     assert _rollback(root, run_id) == 2
     assert "--force" in capsys.readouterr().err
+    # forced, and another append lands after the last check, just before the RESTORE: the
+    # RESTORE undoes it, and the rollback says so loudly (exit 1, publish stays paused)
+    real_restore = delta_ops.restore
+
+    def restore_after_an_append(*args: Any, **kwargs: Any) -> None:
+        _append_outside_window(spark, target)
+        real_restore(*args, **kwargs)
+
+    monkeypatch.setattr(delta_ops, "restore", restore_after_an_append)
+    assert _rollback(root, run_id, "--force") == 1
+    err = capsys.readouterr().err
+    appended, restored = _history(spark, target)[-2:]
+    assert (appended["operation"], restored["operation"]) == ("WRITE", "RESTORE")
+    assert f"v{appended['version']} WRITE" in err and "undid them" in err
+    assert is_paused(str(root / "_sg"), str(target))
 
 
 def _append_outside_window(spark: Any, target: Path) -> int:
@@ -294,8 +309,13 @@ def test_rollback_pauses_publish_until_it_finishes_and_verifies_its_own_restore(
     (verified,) = events[-1]["details"]["rolled_back"]  # the RESTORE commit was verified
     assert verified["new_version"] == restore["version"] and verified["verified"] is True
     assert is_paused(home, str(target))  # died before releasing: publish stays paused
-    # the same command again: nothing to restore; the hold is released
+    # the same command again: nothing to restore; the hold is released, and the evidence
+    # gets the rollback it had not recorded yet
     assert _rollback(root, run_id) == 0
     assert not is_paused(home, str(target))
+    ev = yaml.safe_load((root / "evidence" / f"{run_id}.yaml").read_text())
+    (rb,) = ev["sparkguard"]["rollbacks"]
+    assert rb["targets"][0]["verified"] is True
+    assert rb["targets"][0]["new_version"] == restore["version"]
     assert _appended(spark, target) == 3
     assert_df_equality(_others_removed(spark, target), before, ignore_nullable=True)
