@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sparkguard.plan.model import Aggregation, BackfillPlan, CheckType, Contract, NanRule, TargetSpec
+from sparkguard.plan.model import (
+    Aggregation,
+    BackfillPlan,
+    CheckType,
+    Contract,
+    NanRule,
+    Promotion,
+    TargetSpec,
+)
 from sparkguard.plan.window_spec import BUCKET_COLUMN
 from sparkguard.reconcile.verdicts import GateResult
 from sparkguard.sql import PartitionType
@@ -107,7 +115,10 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
             cols = tuple(check.key_columns or target.business_keys)
             if set(cols) | {pcol} == grouping:
                 dup = thr
-                if plan.window_column is not None:  # a key repeated in two buckets counts too
+                # a key repeated in two buckets counts too; so in two partitions when a MERGE
+                # promotes, which matches on the business keys alone
+                if plan.window_column is not None or (
+                        target.promotion is not Promotion.REPLACE_WHERE and pcol not in cols):
                     extra_dups.append(cols)
                     extra_thresholds.append(thr)
             else:  # its own threshold; the business keys keep theirs (default: exact)

@@ -379,6 +379,23 @@ def test_spec_for_target_reads_the_plan_checks() -> None:
         ("gross_amount", Aggregation.SUM, "amount", "amount"),
         ("line_total", Aggregation.SUM, "amount * quantity", "line_total")]
     assert s.metrics[0].threshold == ThresholdSpec(percent=0.01)
+    assert s.extra_duplicate_keys == ()  # replace_where: keys unique per partition suffice
+
+
+@pytest.mark.parametrize("promotion", ["merge", "merge_changed"])
+def test_a_merge_promotion_needs_business_keys_unique_across_the_window(promotion: str) -> None:
+    """MERGE matches on the business keys alone: a key in two partitions of the window would
+    match one target row twice (or insert a duplicate), so the duplicate gate spans the window."""
+    data = valid_plan()
+    data["backfill_plan"]["targets"][0]["promotion"] = promotion
+    plan = load_plan_text(plan_yaml(data))
+    s = spec_for_target(plan, plan.targets[0])
+    keys = tuple(plan.targets[0].business_keys)
+    assert s.extra_duplicate_keys == (keys,)
+    assert s.extra_duplicate_threshold(keys) == s.duplicate_check
+    _, gates = build_gates(s, [row("d1", 100, 100), row("d2", 100, 100)], True,
+                           extra_duplicates={keys: 1})
+    assert not {g.gate: g for g in gates}[f"duplicate_check[{','.join(keys)}]"].passed
 
 
 def test_each_extra_duplicate_check_keeps_its_own_threshold() -> None:
