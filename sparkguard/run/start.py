@@ -86,6 +86,8 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState, again: bool = Fals
         visit_lock(stage, ctx, state, again=True)
         return
     for other in sorted(set(took_over.values()) - {state.run_id}):
+        if other.endswith("/rollback"):  # a dead rollback's lock: its run stays rolling_back
+            continue  # (named in this run's took_over_locks_of), no made-up run is recorded
         old = ctx.ledger.progress(other)  # recorded under its own plan's fingerprint
         ctx.ledger.record_run(other, "abandoned", fingerprint=old.fingerprint if old else "?",
                               taken_over_by=state.run_id,
