@@ -52,3 +52,13 @@ def dies_at(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str,
     """Run ``call()`` and check that it died at failpoint ``name``."""
     with at_failpoint(monkeypatch, module, name), pytest.raises(Crash):
         call()
+
+
+def fails_once_at(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str,
+                  message: str) -> None:
+    """The next time ``module.failpoint(name)`` is reached, raise ``RuntimeError(message)``: a
+    runtime failure the run's own handlers see (unlike ``Crash``)."""
+    def fail(_name: str) -> None:
+        raise RuntimeError(message)
+
+    on_failpoint(monkeypatch, module, name, fail, times=1)

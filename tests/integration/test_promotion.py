@@ -26,7 +26,7 @@ from sparkguard.run.evaluator import run_backfill
 from sparkguard.run.report import RunOutcome
 from sparkguard.run.stages import RunOptions
 from sparkguard.sql import PartitionType, TableRef, window_predicate
-from tests.failpoints import Crash, on_failpoint
+from tests.failpoints import Crash, fails_once_at, on_failpoint
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -203,6 +203,22 @@ def test_target_moving_outside_the_window_and_a_delta_conflict_are_retried(
         v0, v0 + 2]
 
 
+def _their_append_at(spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any,
+                     failpoint: str, where: str) -> tuple[Path, Path, list[Any], int]:
+    """A lake and plan where another writer appends 3 rows (order ids >= 10**8) once, at
+    ``failpoint``, on a day ``outside`` or ``inside`` the window: (root, plan, the target's
+    rows before, its version before)."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target = root / "target" / "orders_clean"
+    before = _read(spark, target).collect()
+    v0 = _versions(spark, target)[-1]["version"]
+    theirs = _rows_on(spark, root, OUTSIDE if where == "outside" else WINDOW[1], 10 ** 8)
+    on_failpoint(monkeypatch, faults, failpoint,
+                 lambda _n: theirs.write.format("delta").mode("append").save(str(target)), times=1)
+    return root, plan, before, v0
+
+
 @pytest.mark.parametrize("where", ["outside", "inside"])
 def test_crash_right_after_a_promotion_past_another_writer_is_resumed_like_a_run_without_it(
         spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any, where: str) -> None:
@@ -211,14 +227,9 @@ def test_crash_right_after_a_promotion_past_another_writer_is_resumed_like_a_run
     run does what the run without a crash does: outside the window, the rollback point is the
     version just before the promotion (a rollback keeps their rows); inside it, the promotion is
     undone at once."""
-    root = copy_lake(base_lake, tmp_path / "lake")
-    plan = write_plan(root, _one_slice)
+    root, plan, before, v0 = _their_append_at(spark, base_lake, tmp_path, monkeypatch,
+                                              "before_promote", where)
     target, home = root / "target" / "orders_clean", str(root / "_sg")
-    before = _read(spark, target).collect()
-    v0 = _versions(spark, target)[-1]["version"]
-    theirs = _rows_on(spark, root, OUTSIDE if where == "outside" else WINDOW[1], 10 ** 8)
-    on_failpoint(monkeypatch, faults, "before_promote",
-                 lambda _n: theirs.write.format("delta").mode("append").save(str(target)), times=1)
     on_failpoint(monkeypatch, faults, "after_promote_commit", times=1)
     with pytest.raises(Crash):
         _run(spark, plan)
@@ -277,19 +288,10 @@ def test_automatic_restore_after_another_writer_committed_behind_the_promotion(
     outside the window: the window is put back as it was (no RESTORE), their rows kept. Inside
     the window: putting it back would lose their rows, so nothing is undone, the run's failure
     says so and publish stays paused."""
-    root = copy_lake(base_lake, tmp_path / "lake")
-    plan = write_plan(root, _one_slice)
+    root, plan, before, v0 = _their_append_at(spark, base_lake, tmp_path, monkeypatch,
+                                              "after_promote_ledger", where)
     target, home = root / "target" / "orders_clean", str(root / "_sg")
-    before = _read(spark, target).collect()
-    v0 = _versions(spark, target)[-1]["version"]
-    theirs = _rows_on(spark, root, OUTSIDE if where == "outside" else WINDOW[1], 10 ** 8)
-    on_failpoint(monkeypatch, faults, "after_promote_ledger",
-                 lambda _n: theirs.write.format("delta").mode("append").save(str(target)), times=1)
-
-    def boom(_n: str) -> None:
-        raise RuntimeError("storage hiccup after the verification (test)")
-
-    on_failpoint(monkeypatch, faults, "after_verify", boom, times=1)
+    fails_once_at(monkeypatch, faults, "after_verify", "storage hiccup after the verification")
     ours = F.col("order_id") < 10 ** 8
     with pytest.raises(Exception, match="storage hiccup") as err:
         _run(spark, plan)

@@ -20,7 +20,7 @@ from sparkguard.publish import is_paused
 from sparkguard.run.evaluator import run_backfill
 from sparkguard.run.report import RunOutcome
 from sparkguard.run.stages import RunOptions
-from tests.failpoints import Crash, dies_at, on_failpoint
+from tests.failpoints import Crash, dies_at, fails_once_at, on_failpoint
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -178,11 +178,7 @@ def test_a_run_restored_after_promoting_then_killed_before_promoting_again_still
     plan = write_plan(root, _one_slice)
     target, home = root / "target" / "orders_clean", str(root / "_sg")
     v0 = _history(spark, target)[-1]["version"]
-
-    def boom(_n: str) -> None:
-        raise RuntimeError("storage hiccup after the verification (test)")
-
-    on_failpoint(monkeypatch, faults, "after_verify", boom, times=1)
+    fails_once_at(monkeypatch, faults, "after_verify", "storage hiccup after the verification")
     with pytest.raises(RuntimeError, match="storage hiccup"):
         _run(spark, plan)
     (first,) = Ledger(spark, home).latest_runs()
@@ -212,11 +208,7 @@ def test_a_failure_after_publish_reopened_keeps_the_verified_promotion_and_the_r
     plan = write_plan(root, _one_slice)
     target, home = root / "target" / "orders_clean", str(root / "_sg")
     v0 = _history(spark, target)[-1]["version"]
-
-    def boom(_n: str) -> None:
-        raise RuntimeError("ledger storage hiccup (test)")
-
-    on_failpoint(monkeypatch, faults, "mid_publish_resume", boom, times=1)
+    fails_once_at(monkeypatch, faults, "mid_publish_resume", "ledger storage hiccup")
     with pytest.raises(RuntimeError, match="ledger storage hiccup"):
         _run(spark, plan)
     (failed,) = Ledger(spark, home).latest_runs()
