@@ -41,6 +41,12 @@ def column(name: str) -> Column:
     return F.col(quote_column(name))
 
 
+# JSON that keeps what the hash must see: timestamps to the microsecond (the default format
+# stops at milliseconds) and null fields (dropped by default)
+_JSON_EXACT = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+               "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS", "ignoreNullFields": "false"}
+
+
 def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
     """The column as a value Spark can hash: maps become entries sorted by key, arrays and
     structs keep their shape (:func:`_shaped`), variants and maps nested in others JSON."""
@@ -48,7 +54,7 @@ def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
     if isinstance(dt, T.MapType) and not _has_map(dt.keyType) and not _has_map(dt.valueType):
         return F.array_sort(F.map_entries(col))
     if _has_map(dt) or type(dt).__name__ == "VariantType":
-        return F.to_json(col)
+        return F.to_json(col, _JSON_EXACT)
     if isinstance(dt, (T.ArrayType, T.StructType)):
         return _shaped(col, dt)
     if rtrim and isinstance(dt, T.StringType):

@@ -632,3 +632,11 @@ def test_arrays_and_structs_compare_by_shape_nulls_included(spark: Any) -> None:
         assert table_fingerprint(spark.createDataFrame(one[0], schema)) != \
             table_fingerprint(spark.createDataFrame(one[1], schema)), k
     assert table_fingerprint(target) == table_fingerprint(target.orderBy(target.k.desc()))
+    # a map inside another type compares as JSON text, to the microsecond
+    nested = "k int, m array<map<string, struct<t:timestamp,n:int>>>"
+    t0 = dt.datetime(2026, 5, 3, 1, 2, 3, 4)
+    one = spark.createDataFrame([(1, [{"x": (t0, 1)}])], nested)
+    two = spark.createDataFrame([(1, [{"x": (t0 + dt.timedelta(microseconds=1), 1)}])], nested)
+    assert table_fingerprint(one) != table_fingerprint(two)
+    assert table_fingerprint(one) == table_fingerprint(spark.createDataFrame(
+        [(1, [{"x": (t0, 1)}])], nested))
