@@ -117,8 +117,7 @@ def _refusals(points: Sequence[RollbackPoint], force: bool) -> list[str]:
         if pt.promoted_version is None:
             continue
         if pt.later_commits and not force:
-            listed = "; ".join(f"v{c['version']} {c['operation']} at {c['timestamp']}"
-                               for c in pt.later_commits[:10])
+            listed = delta_ops.listed_commits(pt.later_commits, times=True)
             out.append(f"{pt.dataset}: {len(pt.later_commits)} commit(s) by other writers after "
                        f"the promotion (version {pt.promoted_version}) would be undone by RESTORE: "
                        f"{listed}. Re-run with --force to restore anyway")
@@ -252,7 +251,7 @@ def _recheck(spark: SparkSession, run_id: str, pt: RollbackPoint,
         if int(c["version"]) not in accepted]
     if state.promoted_version == pt.promoted_version and not fresh:
         return max([int(c["version"]) for c in commits], default=pt.promoted_version)
-    listed = "; ".join(f"v{c['version']} {c['operation']} at {c['timestamp']}" for c in fresh[:10])
+    listed = delta_ops.listed_commits(fresh, times=True)
     done = (f" (already restored: {', '.join(p.dataset for p in restored)})" if restored
             else "; nothing was restored")
     raise RollbackRefusedError(
@@ -278,8 +277,7 @@ def _restore_one(spark: SparkSession, ledger: Ledger, prog: RunProgress, pt: Rol
             delta_ops.commits_since(spark, pt.ref, seen), prog.run_id, data_only=True)
             if int(c["version"]) < pt.new_version]
         if undone:
-            listed = "; ".join(f"v{c['version']} {c['operation']} at {c['timestamp']}"
-                               for c in undone[:10])
+            listed = delta_ops.listed_commits(undone, times=True)
             raise GateFailedError(
                 f"{pt.dataset}: {len(undone)} commit(s) by other writers landed between the "
                 f"rollback's last check (version {seen}) and its RESTORE ({listed}); the RESTORE "

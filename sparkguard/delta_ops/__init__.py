@@ -26,6 +26,7 @@ from sparkguard.delta_ops.commits import (
     find_commit,
     foreign_commits,
     history,
+    listed_commits,
     promotion_state,
     user_metadata,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "history",
     "is_conflict",
     "isolated_session",
+    "listed_commits",
     "literal_frame",
     "missing_files_for_version",
     "post_commit_failed",

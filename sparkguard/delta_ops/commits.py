@@ -14,7 +14,8 @@ from pyspark.sql import functions as F
 from sparkguard.sql import TableRef, describe_history_statement
 
 __all__ = ["DATA_NEUTRAL_OPERATIONS", "PromotionState", "commit_metadata", "commits_since",
-           "current_version", "find_commit", "foreign_commits", "history", "promotion_state",
+           "current_version", "find_commit", "foreign_commits", "history", "listed_commits",
+           "promotion_state",
            "user_metadata"]
 
 
@@ -78,6 +79,15 @@ def find_commit(spark: SparkSession, ref: TableRef, run_id: str, action: str,
         if meta and meta.get("run_id") == run_id and meta.get("action") == action:
             return int(c["version"])
     return None
+
+
+def listed_commits(commits: Sequence[dict[str, Any]], times: bool = False) -> str:
+    """The first 10 of ``commits`` for a message: ``v12 WRITE, v13 MERGE``; with ``times``,
+    ``v12 WRITE at <timestamp>; ...``."""
+    if times:
+        return "; ".join(f"v{c['version']} {c['operation']} at {c['timestamp']}"
+                         for c in commits[:10])
+    return ", ".join(f"v{c['version']} {c['operation']}" for c in commits[:10])
 
 
 # Commits that change no row: a RESTORE over them loses nothing of their writer's.

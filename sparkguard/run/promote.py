@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from sparkguard import delta_ops, faults
 from sparkguard.errors import GateFailedError, SparkguardError, TargetMovedError
@@ -37,14 +38,14 @@ def visit_promote(stage: Promote, ctx: RunContext, state: RunState) -> None:
 
 
 def _landed(ctx: RunContext, state: RunState, st: TargetState, checked: int, found: int,
-            commits: Sequence[dict[str, object]], **facts: object) -> None:
+            commits: Sequence[dict[str, Any]], **facts: object) -> None:
     """The promotion commit ``found`` is in the history: the rollback point becomes the version
     just before it when other writers committed after ``checked``; record it; compare the
     window across that gap. The one place a landed promotion is recorded (fresh or resumed)."""
     label = st.spec.label
     if found - 1 != checked:
         others = [c for c in delta_ops.foreign_commits(commits, state.run_id)
-                  if checked < int(str(c["version"])) < found]
+                  if checked < int(c["version"]) < found]
         note = (f"{len(others)} commit(s) by other writers landed between the rollback point "
                 f"{checked} and the promotion commit {found} "
                 f"({', '.join('v' + str(c['version']) for c in others)}); the rollback point "
@@ -92,7 +93,7 @@ def _already_promoted(ctx: RunContext, state: RunState, st: TargetState) -> bool
     assert st.rollback_version is not None
     label = st.spec.label
     checked = st.checked_version if st.checked_version is not None else st.rollback_version
-    since = min(v for v in (st.start_version, st.rollback_version, checked) if v is not None)
+    since = min(checked, st.start_version if st.start_version is not None else checked)
     commits = delta_ops.commits_since(ctx.spark, st.ref, since)
     found_state = delta_ops.promotion_state(commits, state.run_id, label)
     st.txn_version = found_state.next_txn_version
@@ -178,7 +179,7 @@ def _target_moved(ctx: RunContext, state: RunState, st: TargetState, current: in
     assert since is not None
     moved = delta_ops.foreign_commits(
         delta_ops.commits_since(ctx.spark, st.ref, since), state.run_id)
-    listed = ", ".join(f"v{c['version']} {c['operation']}" for c in moved[:10])
+    listed = delta_ops.listed_commits(moved)
     before, after = fingerprints(target_df(ctx, st, parts, since),
                                  target_df(ctx, st, parts, current))
     record(ctx, state, "target_moved", st, version_read=current, since_version=since,

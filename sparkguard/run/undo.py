@@ -38,7 +38,7 @@ def restore_target(ctx: RunContext, state: RunState, st: TargetState, why: str) 
         delta_ops.commits_since(ctx.spark, st.ref, st.promoted_version), state.run_id,
         data_only=True)
     if after:
-        listed = ", ".join(f"v{c['version']} {c['operation']}" for c in after[:10])
+        listed = delta_ops.listed_commits(after)
         promoted, now = fingerprints(target_df(ctx, st, parts, st.promoted_version),
                                      target_df(ctx, st, parts))
         if promoted != now:
