@@ -163,7 +163,6 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
             reason=(f"{dups} business key(s) ({keys}) occur more than once in the shadow; "
                     f"threshold {thr.describe()}"),
             details={"source_duplicate_keys": sum(s.duplicate_keys_source for s in stats)}))
-    rows_shadow = sum(s.rows_shadow for s in stats)
     for cols, n in (extra_duplicates or {}).items():
         thr = spec.extra_duplicate_threshold(cols)
         gates.append(GateResult(
