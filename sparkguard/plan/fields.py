@@ -25,6 +25,7 @@ from sparkguard.sql import TableRef, has_control, quote_identifier
 __all__ = [
     "ADDED_LATER",
     "BOUND_YEARS",
+    "LABEL_RE",
     "MAX_RANGE_DAYS",
     "Dataset",
     "Label",
@@ -86,8 +87,11 @@ def _path(value: str) -> str:
     return value
 
 
+LABEL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # a target's label: names shadows, views
+
+
 def _label(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", value):
+    if not LABEL_RE.fullmatch(value):
         raise PlanValueError(f"{value!r} is not a plain name",
                              "use letters, digits and '_' (it names shadow tables and views)")
     return value

@@ -8,13 +8,20 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from sparkguard.plan.enums import Aggregation, CheckType, NanRule, Promotion
-from sparkguard.plan.fields import ADDED_LATER, Dataset, Label, PlanValueError, SqlName, _Frozen
+from sparkguard.plan.fields import (
+    ADDED_LATER,
+    LABEL_RE,
+    Dataset,
+    Label,
+    PlanValueError,
+    SqlName,
+    _Frozen,
+)
 from sparkguard.sql import check_expression, query_problem
 
 __all__ = ["Check", "ColumnContract", "Contract", "MergeSpec", "TargetItem", "TargetSpec",
            "TargetValidation", "Transform", "Validation"]
 
-_LABEL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # as fields.Label
 _CALLABLE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*")
 _TARGET_TAGS = ("dataset-name", "target-spec")  # union tags; the loader hides them from paths
 
@@ -129,7 +136,7 @@ class TargetSpec(_Frozen):
 
     @model_validator(mode="after")
     def _v_label(self) -> TargetSpec:
-        if self.name is None and not _LABEL_RE.fullmatch(self.label):
+        if self.name is None and not LABEL_RE.fullmatch(self.label):
             raise PlanValueError(
                 f"the target's label derived from dataset ({self.label!r}) is not a plain name",
                 "give the target a name: (letters, digits and '_', not starting with a digit)")
