@@ -22,7 +22,14 @@ from sparkguard import delta_ops
 from sparkguard.guard import Finding, Severity, window_partitions
 from sparkguard.guard_checks import not_null_findings
 from sparkguard.guard_window import rewrites_most, window_column_problem
-from sparkguard.plan.model import BackfillPlan, Check, CheckType, TargetSpec, Transform
+from sparkguard.plan.model import (
+    Aggregation,
+    BackfillPlan,
+    Check,
+    CheckType,
+    TargetSpec,
+    Transform,
+)
 from sparkguard.plan.window_spec import range_window
 from sparkguard.sql import PartitionType, TableRef, query_only, window_predicate
 
@@ -41,7 +48,8 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
     "target_not_partitioned": (Severity.WARN, "the target is not partitioned by the column"),
     "window_not_in_source": (Severity.BLOCK, "a window partition has no rows in the source"),
     "transform_invalid": (Severity.BLOCK, "the transform does not analyse against the source"),
-    "metric_expr_invalid": (Severity.BLOCK, "a metric expression does not resolve on its side"),
+    "metric_expr_invalid": (Severity.BLOCK, "a metric expression does not resolve on its side, "
+                            "or is not a per-row value its aggregation takes"),
     "retention_too_short": (Severity.BLOCK, "log or deleted-file retention shorter than "
                             "safeguards.rollback_horizon_days"),
     "retention_unreadable": (Severity.WARN, "a retention property cannot be parsed"),
@@ -230,6 +238,18 @@ class _Live:
                 self.add("metric_expr_invalid", f"{where}[{i}].{side}",
                          f"{expr!r} does not resolve on the {what}: {_first_line(exc)}",
                          "use columns of that side")
+                continue
+            agg = check.aggregation
+            try:  # the gate aggregates the value of each row itself
+                _analyse(df.agg(_AGGREGATE[agg](F.expr(expr))))
+            except Exception as exc:
+                self.add("metric_expr_invalid", f"{where}[{i}].{side}",
+                         f"{expr!r} cannot be aggregated with {agg.value} on the {what}: "
+                         f"{_first_line(exc)}",
+                         "write a deterministic expression of one row's columns, without "
+                         f"aggregate or window functions (the gate applies {agg.value} itself: "
+                         "'amount', not 'sum(amount)'), of a type "
+                         f"{agg.value} takes")
 
     def _transform(self, path: str, tr: Transform, src: DataFrame) -> None:
         """A transform (or a target's reference query) imports or analyses on the source."""
@@ -287,6 +307,12 @@ class _Live:
                          f"target {ref.display!r} is not partitioned: {flag}",
                          "expected for a small table; otherwise cluster it (CLUSTER BY the "
                          "window column) or narrow the window, so a promotion rewrites less")
+
+
+# how a metric's rows are aggregated (avg: a sum and a count; count_distinct: a count of values)
+_AGGREGATE = {Aggregation.SUM: F.sum, Aggregation.AVG: F.sum, Aggregation.MIN: F.min,
+              Aggregation.MAX: F.max, Aggregation.COUNT: F.count,
+              Aggregation.COUNT_DISTINCT: F.count_distinct}
 
 
 def _analyse(df: DataFrame) -> T.StructType:

@@ -177,9 +177,11 @@ class Check(_Frozen):
     aggregation: Aggregation = Field(
         default=Aggregation.SUM, description="How the metric expression is aggregated on each side.")
     source_expr: str | None = Field(
-        default=None, max_length=2000, description="SQL expression over source columns.")
+        default=None, max_length=2000, description="SQL expression of one source row; the gate "
+            "applies the aggregation itself ('amount', not 'sum(amount)').")
     shadow_expr: str | None = Field(
-        default=None, max_length=2000, description="SQL expression over shadow (target-shaped) columns.")
+        default=None, max_length=2000, description="SQL expression of one shadow (target-shaped) "
+            "row, aggregated like source_expr.")
     per_partition: bool = Field(default=False, description="Also apply the threshold to each partition.")
     drift_threshold_percent: float | None = Field(
         default=None, ge=0, allow_inf_nan=False, json_schema_extra=ADDED_LATER,

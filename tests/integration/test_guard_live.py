@@ -163,6 +163,38 @@ def test_metric_expression_that_does_not_resolve(spark, base):
         ("metric_expr_invalid", "backfill_plan.validation.checks[3].shadow_expr")}
 
 
+@pytest.mark.parametrize(("aggregation", "source_expr", "shadow_expr", "refused"), [
+    ("sum", "sum(amount)", "amount", "source_expr"),  # an aggregate: the gate sums it again
+    ("sum", "amount", "sum(amount) over ()", "shadow_expr"),  # a window: every row the total
+    ("max", "amount + rand()", "amount", "source_expr"),  # a different value on every read
+    ("max", "amount", "map('a', amount)", "shadow_expr"),  # max cannot order a map
+    ("sum", "amount", "array(amount)", "shadow_expr"),  # sum takes numbers only
+    ("count_distinct", "count(order_id)", "order_id", "source_expr"),
+])
+def test_metric_expression_that_is_not_a_per_row_value_of_its_aggregation(
+        spark, base, aggregation, source_expr, shadow_expr, refused):
+    def mutate(p):
+        p["validation"]["checks"][2].update(aggregation=aggregation, source_expr=source_expr,
+                                            shadow_expr=shadow_expr)
+    found = [f for f in live_findings(spark, _plan(base, mutate)) if f.severity is Severity.BLOCK]
+    assert [(f.code, f.path) for f in found] == [
+        ("metric_expr_invalid", f"backfill_plan.validation.checks[2].{refused}")]
+    assert f"cannot be aggregated with {aggregation}" in found[0].message
+    assert "without aggregate or window functions" in found[0].fix
+
+
+@pytest.mark.parametrize(("aggregation", "expr"), [
+    ("sum", "cast(amount AS decimal(20, 2)) * quantity"), ("min", "order_date"),
+    ("max", "order_id"), ("count_distinct", "concat(order_id, '|', status)"),
+    ("sum", "cast(order_date AS timestamp)"),
+])
+def test_per_row_metric_expressions_of_every_aggregation_pass(spark, base, aggregation, expr):
+    def mutate(p):
+        p["validation"]["checks"][2].update(aggregation=aggregation, source_expr=expr,
+                                            shadow_expr=expr)
+    assert not _blocks(spark, base, mutate)
+
+
 def test_a_targets_own_checks_are_checked_against_both_sides(spark, base):
     def mutate(p):
         checks = copy.deepcopy(p["validation"]["checks"])
