@@ -67,6 +67,7 @@ class TargetState:
     promoted_version: int | None = None
     verified: bool = False
     restored: bool = False
+    changed_after_promotion: bool = False  # others undid or overwrote it: left as they left it
     skipped_slices: list[int] = field(default_factory=list)
     pending_wave: tuple[int, tuple[object, ...]] | None = None  # written, gated with the window
     txn_version: int = 1  # Delta txnVersion of the next promotion attempt

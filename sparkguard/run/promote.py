@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkguard import delta_ops, faults
 from sparkguard.errors import GateFailedError, SparkguardError, TargetMovedError
@@ -15,6 +15,9 @@ from sparkguard.run.context import RunContext, RunState, TargetState, notify, re
 from sparkguard.run.data import bucketed, fingerprints, job, shadow_df, target_df
 from sparkguard.run.stages import Promote
 from sparkguard.run.undo import restore_target
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 __all__ = ["merge_window_bound", "verify", "visit_promote"]
 
@@ -107,11 +110,62 @@ def _already_promoted(ctx: RunContext, state: RunState, st: TargetState) -> bool
         _landed(ctx, state, st, checked, found, commits, found_in_history=True)
     elif not st.verified and found - 1 != checked:  # the crash came during the gap check
         _check_gap(ctx, state, st, checked, found - 1)
+    _still_holds_promotion(ctx, state, st, commits)
     if st.verified:
         ctx.say(f"{label}: promotion already verified")
     else:
         verify(ctx, state, st)
     return True
+
+
+def _still_holds_promotion(ctx: RunContext, state: RunState, st: TargetState,
+                           commits: Sequence[dict[str, Any]]) -> None:
+    """Resume: other writers' commits after this run's promotion may add rows to the window,
+    but not undo or overwrite the promoted ones; else the run would end done, and reopen
+    publish, over a window that no longer holds the backfill. It stops instead, leaving the
+    window as they left it (restoring would lose their change; promoting again would undo an
+    operator's RESTORE)."""
+    assert st.promoted_version is not None and st.rollback_version is not None
+    label, parts, found = st.spec.label, ctx.window.partitions, st.promoted_version
+    after = delta_ops.foreign_commits([c for c in commits if int(c["version"]) > found],
+                                      state.run_id, data_only=True)
+    if not after:
+        return
+    listed = delta_ops.listed_commits(after)
+    promoted, now = fingerprints(target_df(ctx, st, parts, found), target_df(ctx, st, parts))
+    if promoted == now or _holds_shadow(ctx, st, target_df(ctx, st, parts)):
+        note = (f"other writers committed after the promotion at version {found} ({listed}); "
+                "every promoted row is still in the window, unchanged")
+        st.notes.append(note)
+        ctx.say(f"{label}: {note}")
+        return
+    undone = fingerprints(target_df(ctx, st, parts, st.rollback_version),
+                          target_df(ctx, st, parts))
+    undone_all = undone[0] == undone[1]
+    st.changed_after_promotion = True
+    record(ctx, state, "target_moved", st, version_read=delta_ops.current_version(
+        ctx.spark, st.ref), since_version=found, window_unchanged=False,
+        commits=[{k: str(v) for k, v in c.items()} for c in after[:50]],
+        promotion_undone=undone_all)
+    what = (f"undid this run's promotion at version {found}: the window is as it was at the "
+            f"rollback point {st.rollback_version}" if undone_all else
+            f"changed rows this run promoted at version {found}")
+    raise TargetMovedError(
+        f"{label}: other writers' commits after the promotion ({listed}) {what}. The window is "
+        "left as they left it (restoring would lose their change, promoting again would undo "
+        "a RESTORE someone chose) and publish stays paused. Decide with the table's owners; "
+        "run the plan again to start a new run if the backfill should land, or `sparkguard "
+        f"publish resume {st.ref.display}` to reopen publish as it is")
+
+
+def _holds_shadow(ctx: RunContext, st: TargetState, window: DataFrame) -> bool:
+    """Every shadow row is in ``window`` (the target's window rows), unchanged; other rows may
+    be there too."""
+    parts = ctx.window.partitions
+    res = reconcile(spec_for_target(ctx.plan, st.spec),
+                    shadow=bucketed(ctx, shadow_df(ctx, st, parts)),
+                    target=bucketed(ctx, window), partitions=list(parts), scope="verification")
+    return res.preview is not None and res.preview.inserted == 0 and res.preview.changed == 0
 
 
 def _prepare_and_commit(ctx: RunContext, state: RunState, st: TargetState) -> int:
@@ -230,11 +284,7 @@ def verify(ctx: RunContext, state: RunState, st: TargetState) -> None:
     ok = shadow_h == target_h
     if not ok and not st.deletes_unmatched:
         # MERGE keeping unmatched rows: the window must hold every shadow row unchanged
-        res = reconcile(spec_for_target(ctx.plan, st.spec),
-                        shadow=bucketed(ctx, shadow_df(ctx, st, parts)),
-                        target=bucketed(ctx, target_df(ctx, st, parts, st.promoted_version)),
-                        partitions=list(parts), scope="verification")
-        ok = res.preview is not None and res.preview.inserted == 0 and res.preview.changed == 0
+        ok = _holds_shadow(ctx, st, target_df(ctx, st, parts, st.promoted_version))
     if not ok:
         ctx.say(f"{label}: VERIFICATION FAILED (target window {target_h} != shadow "
                 f"{shadow_h}); restoring version {st.rollback_version} now")

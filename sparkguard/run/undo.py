@@ -75,7 +75,8 @@ def restore_promoted(ctx: RunContext, state: RunState, cause: BaseException) -> 
     restored: list[str] = []
     errors: dict[str, BaseException] = {}
     for st in state.targets.values():
-        if st.promoted_version is not None and not st.restored and st.rollback_version is not None:
+        if st.promoted_version is not None and st.rollback_version is not None \
+                and not st.restored and not st.changed_after_promotion:
             ctx.say(f"{st.spec.label}: restoring version {st.rollback_version} because: {why}")
             try:
                 restore_target(ctx, state, st, why)

@@ -309,3 +309,48 @@ def test_automatic_restore_after_another_writer_committed_behind_the_promotion(
     assert ops == ["WRITE", "WRITE"]  # nothing undone
     assert not prog.targets["orders_clean"].restored
     assert _read(spark, target).filter(ours).collect() != before  # the promotion still there
+
+
+@pytest.mark.parametrize("theirs", ["restore", "update", "append"])
+def test_a_resumed_run_does_not_end_done_over_a_promotion_another_writer_undid(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any, theirs: str) -> None:
+    """The run promotes and verifies, and dies before its evidence; then another writer
+    RESTOREs the target to before the promotion, or updates promoted rows, or appends rows to
+    the window. The resumed run used to end done, and reopen publish, in every case. Now it
+    stops, leaving the window as they left it, unless every promoted row is still there."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    v0 = _versions(spark, target)[-1]["version"]
+    before = _read(spark, target).collect()
+    on_failpoint(monkeypatch, faults, "after_verify", times=1)
+    with pytest.raises(Crash):
+        _run(spark, plan)
+    promoted = _read(spark, target).collect()
+    assert promoted != before
+    table = f"delta.`{target}`"
+    if theirs == "restore":
+        spark.sql(f"RESTORE TABLE {table} TO VERSION AS OF {v0}")
+    elif theirs == "update":
+        spark.sql(f"UPDATE {table} SET amount = amount + 1 "
+                  f"WHERE order_date = DATE'{WINDOW[1]}' AND order_id % 7 = 0")
+    else:
+        _rows_on(spark, root, WINDOW[1], 10 ** 8).write.format("delta").mode("append").save(
+            str(target))
+    after_theirs = _read(spark, target).collect()
+    v1 = _versions(spark, target)[-1]["version"]
+    out = _run(spark, plan)
+    prog = run_progress(Ledger(spark, home).run_events(out.run_id))
+    if theirs == "append":
+        assert out.exit_code == 0, out.message
+        assert prog.state == "done" and not is_paused(spark, str(target), home)
+        assert any("every promoted row is still in the window" in n
+                   for n in out.targets["orders_clean"].notes)
+    else:
+        assert out.exit_code == 1
+        assert ("undid this run's promotion at version" if theirs == "restore"
+                else "changed rows this run promoted") in out.message
+        assert prog.state == "gate_failed" and not prog.targets["orders_clean"].restored
+        assert is_paused(spark, str(target), home)
+    assert _versions(spark, target)[-1]["version"] == v1  # nothing written to the target
+    assert _read(spark, target).collect() == after_theirs
