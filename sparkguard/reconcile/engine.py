@@ -38,6 +38,7 @@ from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import DataFrame
+from pyspark.sql import types as T
 
 from sparkguard.plan.model import Aggregation
 from sparkguard.reconcile.distinct import _distinct_counts, _distinct_frame
@@ -179,12 +180,16 @@ def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any]
 
 
 def _sum_of(lay: _Layout, r: Mapping[str, Any], i: int, side: int) -> Any:
-    """A metric's sum: Spark's, or rebuilt exactly from the two long sums of a decimal."""
+    """A metric's sum: Spark's, or rebuilt exactly from the two long sums of its halves (a
+    decimal stays a decimal, an integral or instant input gives an int)."""
     name = f"__sg_m{i}_{side}_sum"
-    scale = lay.decimal_scale(i, side)
+    scale = lay.split_sum_scale(i, side)
     if scale is None:
         return r.get(name)
     hi, lo = r.get(f"{name}_dhi"), r.get(f"{name}_dlo")
     if hi is None or lo is None:
         return None
-    return Decimal(int(hi) * (1 << 32) + int(lo)).scaleb(-scale, EXACT)
+    total = int(hi) * (1 << 32) + int(lo)
+    if not isinstance(lay.metric_type(i, side), T.DecimalType):
+        return total
+    return Decimal(total).scaleb(-scale, EXACT)

@@ -75,12 +75,17 @@ class _Layout:
         dt = self.metric_type(i, side)
         return isinstance(dt, T.DecimalType) and dt.precision > 18
 
-    def decimal_scale(self, i: int, side: int) -> int | None:
-        """Scale of a decimal of up to 18 digits that metric ``i`` sums as two longs: Spark's own
-        decimal sum widens to 28 digits, which it stores as bytes and updates slowly."""
+    def split_sum_scale(self, i: int, side: int) -> int | None:
+        """Scale of an input that metric ``i`` sums as two long halves, exactly: a decimal of up
+        to 18 digits (Spark's own decimal sum widens to 28 digits, stored as bytes and updated
+        slowly), or 0 for an integral or instant (``unix_micros``) input, whose plain long sum
+        wraps silently past 2**63 with ``spark.sql.ansi.enabled`` off (and fails with it on:
+        the micros of some 5,000 timestamps already pass it)."""
         dt = self.metric_type(i, side)
         if isinstance(dt, T.DecimalType) and dt.precision <= 18:
             return dt.scale
+        if isinstance(dt, (*_INTEGRAL, T.TimestampType)):
+            return 0
         return None
 
 

@@ -76,9 +76,10 @@ def _metric_inputs(spec: ReconcileSpec, lay: _Layout, side: int) -> list[Column]
             value = F.unix_micros(value)
         if _excluding(spec, lay, i, code):
             value = F.when(~_nonfinite(value), value)
-        scale = lay.decimal_scale(i, side)
+        scale = lay.split_sum_scale(i, side)
         if scale is not None and "sum" in _metric_parts(m.aggregation):
-            value = (value * F.lit(10 ** scale)).cast("long")  # exact: at most 18 digits
+            # exact: at most 18 digits
+            value = (value * F.lit(10 ** scale) if scale else value).cast("long")
         cols.append(value.alias(f"__sg_v{i}_{code}"))
     bits = _bits(spec, lay)
     flags = [(pos, _flag(kind, what))
@@ -204,7 +205,7 @@ def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[
                     if col not in have:
                         continue
                     v = per_side(F.col(col), s)
-                    if part == "sum" and lay.decimal_scale(i, s) is not None:
+                    if part == "sum" and lay.split_sum_scale(i, s) is not None:
                         aggs += [F.sum(F.shiftright(v, 32)).alias(f"{name}_sum_dhi"),
                                  F.sum(v.bitwiseAND(F.lit(_LOW32))).alias(f"{name}_sum_dlo")]
                     elif part == "sum" and lay.wide_decimal(i, s):

@@ -416,6 +416,46 @@ def test_an_overflowed_decimal_sum_fails_the_gate(spark: Any, ansi: str) -> None
     assert gates[str(DAYS[1])].passed and gates[str(DAYS[1])].expected == Decimal(1)
 
 
+@pytest.mark.parametrize("ansi", ["false", "true"])
+def test_long_and_timestamp_sums_stay_exact_past_a_long(spark: Any, ansi: str) -> None:
+    """Sums of longs near 2**62, and of 6,000 timestamps (their unix_micros pass 2**63), are
+    exact whatever spark.sql.ansi.enabled: a plain long sum wraps silently with ANSI off (a
+    wrong value in the evidence, a threshold against it) and fails the run with it on. A change
+    of one unit still fails an exact gate."""
+    from pyspark.sql import functions as F
+
+    n, base = 6000, dt.datetime(2026, 3, 8, tzinfo=dt.UTC)
+
+    def frame(bump: int) -> Any:
+        return spark.range(n).select(
+            F.lit(DAYS[0]).alias("p"), F.col("id").cast("int").alias("k"),
+            (F.lit(2 ** 62) + F.col("id") + F.when(F.col("id") == 7, bump).otherwise(0))
+            .alias("v"),
+            F.timestamp_seconds(F.lit(int(base.timestamp())) + F.col("id")).alias("ts"))
+
+    metrics = (MetricSpec("big", Aggregation.SUM, "v", "v", ThresholdSpec(percent=0.0)),
+               MetricSpec("ts_total", Aggregation.SUM, "ts", "ts", ThresholdSpec(percent=0.0)))
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), metrics=metrics)
+    old = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", ansi)
+    try:
+        same = reconcile(spec, shadow=frame(0), source=frame(0), partitions=[DAYS[0]],
+                         preview=False)
+        off_by_one = reconcile(spec, shadow=frame(1), source=frame(0), partitions=[DAYS[0]],
+                               preview=False)
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", old)
+    got = same.partitions[0].metrics
+    assert got["big"]["shadow"] == got["big"]["source"] == n * 2 ** 62 + n * (n - 1) // 2
+    micros = int(base.timestamp()) * 10 ** 6
+    assert got["ts_total"]["shadow"] == n * micros + 10 ** 6 * n * (n - 1) // 2
+    assert all(g.passed for g in same.gates if g.gate.startswith("metric_")), same.gates
+    gate = next(g for g in off_by_one.gates if g.gate == "metric_reconciliation[big]"
+                and g.partition is None)
+    assert not gate.passed and gate.measured["abs_diff"] == 1
+
+
 def test_slice_gates_without_preview_keep_the_target_not_null_contract(spark: Any) -> None:
     """``preview=False`` (a slice): no change preview, but a column NOT NULL in the target is
     still checked on the shadow's values; without a source there is nothing to gate against."""
