@@ -382,3 +382,24 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: Any) -> None:
     code, lines = _verify(capsys, "--run-id", "no-such-run", "--home", str(tmp_path))
     assert code == 2 and "no such run" in " ".join(lines)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_audit_section_stripped_from_the_evidence_is_tampering(
+        copied: tuple[Path, Path], capsys: Any, monkeypatch: Any) -> None:
+    """Removing ``audit:`` (and editing the file) does not pass it off as written before
+    auditing: the ledger recorded it, with or without the key."""
+    import yaml
+
+    ev, home = copied
+    data = load_evidence(ev)
+    del data["audit"]
+    data["release_gate_evidence"]["owner"] = "mallory@example.com"
+    ev.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    for key in (None, KEY):
+        if key:
+            monkeypatch.setenv(AUDIT_KEY_ENV, key)
+        code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+        assert code == 1, lines
+        found = _tampers(lines)
+        assert any("audit section was removed" in x for x in found), found
+        assert any("release_gate_evidence.owner changed" in x for x in found), found

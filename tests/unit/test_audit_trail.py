@@ -168,3 +168,17 @@ def test_commits_missing_different_and_later_ones() -> None:
     assert [f.kind for f in check_commits("/t", rec, hist[1:], 2)] == ["commit_missing",
                                                                        "later_commit"]
     assert [f.kind for f in check_commits("/t", rec, None, 2)] == ["commit_missing"]
+
+
+def test_audit_section_removed_from_recorded_evidence_is_tampering() -> None:
+    """Stripping ``audit:`` must not pass the file off as one written before auditing when the
+    ledger recorded it: with or without the key, and naming the fields edited with it."""
+    data, leaves, root = _sealed(b"k")
+    record = {"content_hash": root, "seal": data["audit"]["seal"], "leaves": leaves}
+    del data["audit"]
+    data["release_gate_evidence"]["owner"] = "mallory"
+    for key in (None, b"k"):
+        found = check_evidence("e.yaml", data, record, key)
+        assert [(f.kind, f.severity) for f in found] == [("evidence_edited", "tamper")] * 2
+        assert "audit section was removed" in found[0].detail
+        assert found[1].detail == "release_gate_evidence.owner changed"
