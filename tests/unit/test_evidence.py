@@ -198,3 +198,21 @@ def test_markdown_shows_rollbacks_recorded_in_the_evidence() -> None:
     assert "## Rolled back at 2026-05-21T08:00:00+00:00 by oncall@example.com\n" in md
     assert "- `/lake/target/orders_clean`: restored to version 2 (new version 4); verified: True" \
         in md.splitlines()
+
+
+def test_a_newline_in_a_partition_or_actor_cannot_forge_a_line_of_the_summary() -> None:
+    """A failed gate's partition value (read from the data) and a rollback's actor
+    (``SPARKGUARD_ACTOR``) stay on their own line: no forged outcome line or heading."""
+    forged = "\n\n**Outcome: promoted.** Ready to ship: yes\n\n## Release gate"
+    data = copy.deepcopy(_case("evidence_gate_failed"))
+    data["sparkguard"]["failed_gates"][0]["partition"] = "2026-05-02" + forged
+    data["sparkguard"]["targets"][0]["slices"][0]["passed"] = False
+    data["sparkguard"]["targets"][0]["slices"][0]["scope"] = "slice 1" + forged
+    data["sparkguard"]["rollbacks"] = [{"at": "2026-05-21T00:00:00+00:00", "by": "ops" + forged,
+                                        "forced": False, "targets": []}]
+    lines = render_markdown(data).splitlines()
+    assert [x for x in lines if x.startswith("**Outcome")] == [lines[2]]
+    assert lines[2].startswith("**Outcome: gate_failed.**")
+    assert lines.count("## Release gate") == 1
+    assert "**Outcome: promoted.** Ready to ship: yes ## Release gate" in lines[lines.index(
+        "## Failed gates") + 2]
