@@ -211,6 +211,10 @@ def _check_run(run_id: str, ev: _Evidence | None, data: _Read, key: bytes | None
     found: list[Finding] = []
     for name in ("runs", "slices", "evidence"):
         events = [r for r in data.rows[name] if r["run_id"] == run_id]
+        if name == "runs" and not events and ev is not None:
+            found.append(Finding("run_missing", f"run {run_id}", "the ledger holds no event of "
+                                 "the run this evidence names: it was not written by a run of "
+                                 "this ledger (another --home?), or the run's events were removed"))
         head = chains.get(name) if name != "evidence" else None
         found += check_chain(name, f"run {run_id}", events, [head] if head else [])
     if ev is None:

@@ -403,3 +403,24 @@ def test_audit_section_stripped_from_the_evidence_is_tampering(
         found = _tampers(lines)
         assert any("audit section was removed" in x for x in found), found
         assert any("release_gate_evidence.owner changed" in x for x in found), found
+
+
+def test_evidence_of_a_run_the_ledger_never_held_is_not_intact(
+        copied: tuple[Path, Path], capsys: Any) -> None:
+    """A file re-labelled with a run id the ledger does not know (its chain heads blanked and
+    its content hash recomputed, no key needed) does not verify as intact."""
+    import yaml
+
+    from sparkguard.audit_trail import attach_audit
+
+    ev, home = copied
+    data = load_evidence(ev)
+    section = data.pop("audit")
+    data["sparkguard"]["run_id"] = "20990101T000000Z-forged00"
+    attach_audit(data, home=section["ledger_home"], chains={}, commits=section["commits"],
+                 key=None)
+    ev.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 1, lines
+    assert any(x.startswith("TAMPER run_missing run 20990101T000000Z-forged00:")
+               for x in _tampers(lines)), lines

@@ -182,3 +182,28 @@ def test_audit_section_removed_from_recorded_evidence_is_tampering() -> None:
         assert [(f.kind, f.severity) for f in found] == [("evidence_edited", "tamper")] * 2
         assert "audit section was removed" in found[0].detail
         assert found[1].detail == "release_gate_evidence.owner changed"
+
+
+def test_evidence_naming_a_run_the_ledger_never_held_is_not_intact(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file given a run id the ledger does not know, its chain heads blanked and its content
+    hash recomputed (no key needed), used to verify as intact with exit 0 (read by delta-rs:
+    no Spark)."""
+    from pathlib import Path
+
+    from sparkguard.cli import main
+    from sparkguard.evidence import load_evidence
+
+    golden = Path(__file__).resolve().parents[1] / "golden" / "evidence.yaml"
+    data = load_evidence(golden)
+    data.pop("audit", None)
+    data["sparkguard"]["run_id"] = "20990101T000000Z-forged00"
+    home = tmp_path / "_sg"
+    home.mkdir()
+    attach_audit(data, home=str(home), chains={}, commits=[], key=None)
+    forged = tmp_path / "forged.yaml"
+    forged.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    assert main(["verify", "--evidence", str(forged)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert any(x.startswith("TAMPER run_missing run 20990101T000000Z-forged00: ") for x in out)
+    assert out[-1].endswith("TAMPERED: 1 finding(s)")
