@@ -237,6 +237,7 @@ def render_markdown(data: dict[str, Any]) -> str:
         lines += ["", "## Failed gates", ""]
         lines += [f"- `{g['target']}` **{_line(g['gate'])}**"
                   + (f" [{_line(g['partition'])}]" if g.get("partition") else "")
+                  + (f" ({_line(g['scope'])})" if g.get("scope") else "")
                   + f": {_line(g['reason'])}" for g in sg["failed_gates"]]
     for t in sg["targets"]:
         lines += _target(data, t)
