@@ -221,6 +221,10 @@ def _check_run(run_id: str, ev: _Evidence | None, data: _Read, key: bytes | None
         return found
     records = [r for r in data.rows["evidence"] if r["run_id"] == run_id]
     found += check_evidence(ev.path, ev.data, records[-1] if records else None, key)
+    if records and not records[-1].get("seal") and any(r.get("seal") for r in records[:-1]):
+        found.append(Finding("seal_mismatch", ev.path, "the ledger recorded this evidence sealed, "
+                             "its newest record is unsealed: rewritten without the key (by an "
+                             "editor, or a rollback run without it)"))
     recorded = ev.audit.get("commits") or []
     for t in ev.targets():
         dataset = str(t.get("dataset"))

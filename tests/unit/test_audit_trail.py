@@ -207,3 +207,30 @@ def test_evidence_naming_a_run_the_ledger_never_held_is_not_intact(
     out = capsys.readouterr().out.splitlines()
     assert any(x.startswith("TAMPER run_missing run 20990101T000000Z-forged00: ") for x in out)
     assert out[-1].endswith("TAMPERED: 1 finding(s)")
+
+
+def test_a_sealed_evidence_rewritten_unsealed_is_a_seal_mismatch() -> None:
+    """The ledger's first record of the evidence carried a seal, its newest does not (a
+    rollback run without the key, or an editor who appended a fresh record): with or without
+    the key this used to read as 'INFO unsealed' and verify intact."""
+    from sparkguard.verify import _check_run, _Evidence, _Read
+
+    runs = _chain(1)  # run "r"
+    chains = {"runs": runs[0]["event_hash"], "slices": None, "locks": {}}
+    data, leaves, root, sealed = attach_audit(_doc(), home="/h", chains=chains, commits=[],
+                                              key=b"k")
+    first = {"run_id": "r", "content_hash": root, "seal": sealed, "leaves": leaves}
+    del data["audit"]
+    data["sparkguard"]["rollbacks"] = [{"at": "x", "by": "ops", "forced": False, "targets": []}]
+    data, leaves, root, _ = attach_audit(data, home="/h", chains=chains, commits=[], key=None)
+    newest = {"run_id": "r", "content_hash": root, "seal": None, "leaves": leaves}
+    data = yaml.safe_load(yaml.safe_dump(data))
+    read = _Read(rows={"runs": runs, "slices": [], "evidence": [first, newest]},
+                 ledger_history={}, target_history={}, evidence_paths={}, engine="test")
+    alone = _Read(rows={**read.rows, "evidence": [newest]}, ledger_history={},
+                  target_history={}, evidence_paths={}, engine="test")
+    assert [f.kind for f in _check_run("r", _Evidence("e.yaml", data), alone, b"k")
+            if f.severity == "tamper"] == []  # never sealed: information only
+    for key in (None, b"k"):
+        found = _check_run("r", _Evidence("e.yaml", data), read, key)
+        assert [f.kind for f in found if f.severity == "tamper"] == ["seal_mismatch"], found
