@@ -133,7 +133,8 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
             },
             "publish_control": {
                 "deployment_complete": promoted,
-                "publish_unblocked": promoted or outcome == "dry_run_passed",
+                # a promoted run's error: publish could not be reopened (a re-run does it)
+                "publish_unblocked": (promoted and error is None) or outcome == "dry_run_passed",
                 "cutover_strategy": "delta_single_commit",
             },
             "observability": {
