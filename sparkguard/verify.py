@@ -189,7 +189,7 @@ def verify(*, home: str | None, run_id: str | None = None, evidence: str | None 
         if ev is not None:
             for t, h in (ev.audit.get("chains") or {}).get("locks", {}).items():
                 heads_of_locks.setdefault(t, []).append(h)
-    targets = sorted({r["target"] for r in data.rows["locks"]})
+    targets = sorted({r["target"] for r in data.rows["locks"]} | set(heads_of_locks))
     for t in targets:
         events = [r for r in data.rows["locks"] if r["target"] == t]
         report.findings += check_chain("locks", f"target {t}", events, heads_of_locks.get(t, []))

@@ -424,3 +424,18 @@ def test_evidence_of_a_run_the_ledger_never_held_is_not_intact(
     assert code == 1, lines
     assert any(x.startswith("TAMPER run_missing run 20990101T000000Z-forged00:")
                for x in _tampers(lines)), lines
+
+
+def test_lock_table_recreated_without_the_targets_events_loses_the_recorded_head(
+        spark: Any, done_run: Path, copied: tuple[Path, Path], capsys: Any) -> None:
+    """The evidence recorded the target's lock chain head; a lock table recreated empty (no
+    rewrite in its history) holds no event of that target, and the head used to go unchecked."""
+    ev, home = copied
+    target = str(done_run / "target" / "orders_clean")
+    locks = home / "ledger" / "locks"
+    shutil.rmtree(locks)
+    create_log_table(spark, str(locks), _SCHEMAS["locks"])
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 1, lines
+    assert any(x.startswith(f"TAMPER head_missing locks[target {target}]")
+               for x in _tampers(lines)), lines
