@@ -130,6 +130,18 @@ def check_evidence(where: str, data: Mapping[str, Any], record: Mapping[str, Any
     """Findings for one evidence document against its ledger record (the newest row of the
     ledger's evidence table for its run; None when there is none) and the seal."""
     section = data.get("audit")
+    if not isinstance(section, dict) and record is not None and record.get("content_hash"):
+        # the ledger recorded an audited file: its audit section was removed afterwards
+        removed = [Finding("evidence_edited", where, "the audit section was removed; the ledger "
+                                                     "recorded this evidence with content hash "
+                                                     f"{str(record['content_hash'])[:12]}...")]
+        if isinstance(record.get("leaves"), dict) and record["leaves"]:
+            before = {p: h for p, h in record["leaves"].items() if not p.startswith("audit.")}
+            now = {p: h for p, h in evidence_digest(data)[0].items()
+                   if not p.startswith("audit")}
+            removed += [Finding("evidence_edited", where, n)
+                        for n in audit.leaf_differences(before, now)]
+        return removed
     if not isinstance(section, dict):
         return [Finding("unaudited", where, "written before audit hashing (no audit section); "
                                             "its content cannot be verified", "info")]

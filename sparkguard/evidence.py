@@ -63,10 +63,14 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
     plan = run.plan
     targets: list[dict[str, Any]] = []
     all_gates: list[dict[str, Any]] = []
+    slice_failed: list[dict[str, Any]] = []  # a slice's failed gates stop a run before its window
     for label, st in run.targets.items():
         window = st.window.to_dict() if st.window else None
         if st.window:
             all_gates += [{"target": label, **g.to_dict()} for g in st.window.gates]
+        else:
+            slice_failed += [{"target": label, "scope": r.scope, **g.to_dict()}
+                             for r in st.slice_results for g in r.gates if not g.passed]
         rb = st.rollback_version
         targets.append({
             "name": label,
@@ -92,7 +96,7 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
                 window.get("change_preview") if window else None, st.promotion,
                 st.deletes_unmatched),
         })
-    failed = [g for g in all_gates if not g["passed"]]
+    failed = [g for g in all_gates if not g["passed"]] + slice_failed
     row_gates = [g for g in all_gates if g["check_type"] == "row_count_parity"]
     metric_gates = [g for g in all_gates if g["check_type"] == "metric_reconciliation"]
     granted = [a.model_dump(mode="json") for a in plan.approvals.granted
@@ -102,10 +106,10 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
     code_paths += [t.transform.callable for t in plan.target_specs() if t.transform.callable]
     contracts = [_contract_text(t) for t in plan.targets]
 
-    def status(gates: list[dict[str, Any]]) -> str:
-        if not gates:
-            return "not_run"
-        return "pass" if all(g["passed"] for g in gates) else "fail"
+    def status(gates: list[dict[str, Any]], kind: str) -> str:
+        if any(g["check_type"] == kind for g in failed):
+            return "fail"
+        return "pass" if gates else "not_run"
 
     return {
         "release_gate_evidence": {
@@ -116,20 +120,21 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
                                 "datasets": [t["dataset"] for t in targets],
                                 "contracts": contracts},
             "staged_validation": {
-                "shadow_run": "pass" if all_gates and not failed else
-                ("fail" if failed else "not_run"),
+                "shadow_run": "fail" if failed else ("pass" if all_gates else "not_run"),
                 "canary_scope": "proof slice: " + ", ".join(run.proof_partitions)
                 if run.proof_partitions else None,
                 "notes": error or f"outcome: {outcome}",
             },
             "reconciliation": {
-                "row_count_status": status(row_gates),
-                "metric_parity_status": status(metric_gates),
-                "checked_metrics": sorted({g["gate"] for g in metric_gates}),
+                "row_count_status": status(row_gates, "row_count_parity"),
+                "metric_parity_status": status(metric_gates, "metric_reconciliation"),
+                "checked_metrics": sorted({g["gate"] for g in [*metric_gates, *failed]
+                                           if g["check_type"] == "metric_reconciliation"}),
             },
             "publish_control": {
                 "deployment_complete": promoted,
-                "publish_unblocked": promoted or outcome == "dry_run_passed",
+                # a promoted run's error: publish could not be reopened (a re-run does it)
+                "publish_unblocked": (promoted and error is None) or outcome == "dry_run_passed",
                 "cutover_strategy": "delta_single_commit",
             },
             "observability": {

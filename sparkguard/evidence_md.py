@@ -11,9 +11,15 @@ __all__ = ["render_markdown"]
 _MAX_PARTITION_ROWS = 100
 
 
+def _line(value: Any) -> str:
+    """A value on one line (a newline in a partition value or an actor cannot start a line of
+    its own that reads as the summary's)."""
+    return " ".join(str(value).split())
+
+
 def _cell(value: Any) -> str:
     """A value as a Markdown table cell (pipes escaped, one line)."""
-    return " ".join(str(value).split()).replace("|", "\\|")
+    return _line(value).replace("|", "\\|")
 
 
 def _code(text: Any) -> str:
@@ -190,7 +196,7 @@ def _target(data: dict[str, Any], t: dict[str, Any]) -> list[str]:
                  + (f"; skipped as already reconciled: {skipped}" if skipped else ""))
     failed_slices = [s["scope"] for s in slices if not s["passed"]]
     if failed_slices:
-        lines.append(f"- Slices that failed their gates: {', '.join(failed_slices)}")
+        lines.append(f"- Slices that failed their gates: {_line(', '.join(failed_slices))}")
     w = t.get("full_window")
     if w:
         lines += ["", "| gate | measured | expected | threshold | result |", "|---|---|---|---|---|"]
@@ -229,13 +235,14 @@ def render_markdown(data: dict[str, Any]) -> str:
     lines += _summary(data)
     if sg.get("failed_gates"):
         lines += ["", "## Failed gates", ""]
-        lines += [f"- `{g['target']}` **{g['gate']}**"
-                  + (f" [{g['partition']}]" if g.get("partition") else "")
-                  + f": {' '.join(str(g['reason']).split())}" for g in sg["failed_gates"]]
+        lines += [f"- `{g['target']}` **{_line(g['gate'])}**"
+                  + (f" [{_line(g['partition'])}]" if g.get("partition") else "")
+                  + (f" ({_line(g['scope'])})" if g.get("scope") else "")
+                  + f": {_line(g['reason'])}" for g in sg["failed_gates"]]
     for t in sg["targets"]:
         lines += _target(data, t)
     for rb in sg.get("rollbacks") or []:
-        lines += ["", f"## Rolled back at {rb['at']} by {rb['by']}"
+        lines += ["", f"## Rolled back at {_line(rb['at'])} by {_line(rb['by'])}"
                       f"{' (forced)' if rb.get('forced') else ''}", ""]
         lines += [f"- {_code(r['dataset'])}: restored to version {r['rollback_version']} (new "
                   f"version {r['new_version']}); verified: {r['verified']}"

@@ -31,6 +31,8 @@ import yaml
 from pyspark.sql import SparkSession
 
 from sparkguard import delta_ops
+from sparkguard.audit import AUDIT_KEY_ENV
+from sparkguard.audit_trail import audit_key
 from sparkguard.errors import GateFailedError, RollbackRefusedError
 from sparkguard.evidence import render_markdown
 from sparkguard.faults import failpoint
@@ -337,6 +339,9 @@ def _record_in_evidence(prog: RunProgress, results: list[dict[str, Any]], actor:
         rg["decision"]["ready_to_ship"] = False
     audited = ledger if isinstance(data.get("audit"), dict) else None
     if audited is not None:
+        if data["audit"].get("seal") and audit_key() is None:
+            out(f"WARNING the evidence was sealed and {AUDIT_KEY_ENV} is not set: it is "
+                "rewritten unsealed, and `sparkguard verify` reports it (seal_mismatch)")
         _reseal(data, prog.run_id, audited)
     _atomic_write(path, yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True))
     if audited is not None:
@@ -350,7 +355,7 @@ def _record_in_evidence(prog: RunProgress, results: list[dict[str, Any]], actor:
 def _reseal(data: dict[str, Any], run_id: str, ledger: Ledger) -> None:
     """The audit section again after the rollback's edit: the run chain's new head, the rest as
     recorded (the rollback's restores show as later commits on the targets)."""
-    from sparkguard.audit_trail import attach_audit, audit_key
+    from sparkguard.audit_trail import attach_audit
 
     old = data.pop("audit")
     chains = dict(old.get("chains") or {})

@@ -189,7 +189,7 @@ def verify(*, home: str | None, run_id: str | None = None, evidence: str | None 
         if ev is not None:
             for t, h in (ev.audit.get("chains") or {}).get("locks", {}).items():
                 heads_of_locks.setdefault(t, []).append(h)
-    targets = sorted({r["target"] for r in data.rows["locks"]})
+    targets = sorted({r["target"] for r in data.rows["locks"]} | set(heads_of_locks))
     for t in targets:
         events = [r for r in data.rows["locks"] if r["target"] == t]
         report.findings += check_chain("locks", f"target {t}", events, heads_of_locks.get(t, []))
@@ -211,12 +211,20 @@ def _check_run(run_id: str, ev: _Evidence | None, data: _Read, key: bytes | None
     found: list[Finding] = []
     for name in ("runs", "slices", "evidence"):
         events = [r for r in data.rows[name] if r["run_id"] == run_id]
+        if name == "runs" and not events and ev is not None:
+            found.append(Finding("run_missing", f"run {run_id}", "the ledger holds no event of "
+                                 "the run this evidence names: it was not written by a run of "
+                                 "this ledger (another --home?), or the run's events were removed"))
         head = chains.get(name) if name != "evidence" else None
         found += check_chain(name, f"run {run_id}", events, [head] if head else [])
     if ev is None:
         return found
     records = [r for r in data.rows["evidence"] if r["run_id"] == run_id]
     found += check_evidence(ev.path, ev.data, records[-1] if records else None, key)
+    if records and not records[-1].get("seal") and any(r.get("seal") for r in records[:-1]):
+        found.append(Finding("seal_mismatch", ev.path, "the ledger recorded this evidence sealed, "
+                             "its newest record is unsealed: rewritten without the key (by an "
+                             "editor, or a rollback run without it)"))
     recorded = ev.audit.get("commits") or []
     for t in ev.targets():
         dataset = str(t.get("dataset"))

@@ -193,6 +193,10 @@ def _fail(ctx: RunContext, state: RunState, exc: Exception) -> None:
         ctx.say("every target is promoted and verified, so nothing is restored; re-run the "
                 "same command to reopen publish and record the run as done")
         record(ctx, state, "failed", error=_why(exc), restored=[], promoted_and_verified=True)
+        if state.publish_paused:  # the evidence, written before, says publish reopened
+            _failure_evidence(ctx, state, "promoted", "promoted and verified, but publish was "
+                              f"not reopened: {_why(exc)}; re-run the same command to reopen "
+                              "it", exc)
         return
     restored = _restore_or_fail(ctx, state, exc)
     record(ctx, state, "failed", error=_why(exc), restored=restored)

@@ -382,3 +382,60 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: Any) -> None:
     code, lines = _verify(capsys, "--run-id", "no-such-run", "--home", str(tmp_path))
     assert code == 2 and "no such run" in " ".join(lines)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_audit_section_stripped_from_the_evidence_is_tampering(
+        copied: tuple[Path, Path], capsys: Any, monkeypatch: Any) -> None:
+    """Removing ``audit:`` (and editing the file) does not pass it off as written before
+    auditing: the ledger recorded it, with or without the key."""
+    import yaml
+
+    ev, home = copied
+    data = load_evidence(ev)
+    del data["audit"]
+    data["release_gate_evidence"]["owner"] = "mallory@example.com"
+    ev.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    for key in (None, KEY):
+        if key:
+            monkeypatch.setenv(AUDIT_KEY_ENV, key)
+        code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+        assert code == 1, lines
+        found = _tampers(lines)
+        assert any("audit section was removed" in x for x in found), found
+        assert any("release_gate_evidence.owner changed" in x for x in found), found
+
+
+def test_evidence_of_a_run_the_ledger_never_held_is_not_intact(
+        copied: tuple[Path, Path], capsys: Any) -> None:
+    """A file re-labelled with a run id the ledger does not know (its chain heads blanked and
+    its content hash recomputed, no key needed) does not verify as intact."""
+    import yaml
+
+    from sparkguard.audit_trail import attach_audit
+
+    ev, home = copied
+    data = load_evidence(ev)
+    section = data.pop("audit")
+    data["sparkguard"]["run_id"] = "20990101T000000Z-forged00"
+    attach_audit(data, home=section["ledger_home"], chains={}, commits=section["commits"],
+                 key=None)
+    ev.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 1, lines
+    assert any(x.startswith("TAMPER run_missing run 20990101T000000Z-forged00:")
+               for x in _tampers(lines)), lines
+
+
+def test_lock_table_recreated_without_the_targets_events_loses_the_recorded_head(
+        spark: Any, done_run: Path, copied: tuple[Path, Path], capsys: Any) -> None:
+    """The evidence recorded the target's lock chain head; a lock table recreated empty (no
+    rewrite in its history) holds no event of that target, and the head used to go unchecked."""
+    ev, home = copied
+    target = str(done_run / "target" / "orders_clean")
+    locks = home / "ledger" / "locks"
+    shutil.rmtree(locks)
+    create_log_table(spark, str(locks), _SCHEMAS["locks"])
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 1, lines
+    assert any(x.startswith(f"TAMPER head_missing locks[target {target}]")
+               for x in _tampers(lines)), lines

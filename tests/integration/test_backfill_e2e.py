@@ -163,3 +163,24 @@ def test_unapproved_or_draft_plan_is_refused_with_nothing_written(spark, lake_co
     assert _version(spark, target) == v_before
     assert not (lake_copy / "_sg").exists()
     assert not (lake_copy / "evidence").exists()
+
+
+def test_a_slice_gate_failure_is_the_evidence_release_gate_verdict(spark, lake_copy):
+    """The proof slice's row count gate fails, so no full-window gate runs: the evidence must
+    say the shadow run and row count parity failed and list the failed gate, not 'not_run' with
+    no failed gate."""
+    import yaml
+
+    plan = write_plan(lake_copy, set_transform(DEFECTS["row_count_drift"]))
+    assert _run(plan) == 1
+    (evidence,) = (lake_copy / "evidence").glob("*.yaml")
+    ev = yaml.safe_load(evidence.read_text())
+    rg, sg = ev["release_gate_evidence"], ev["sparkguard"]
+    assert sg["outcome"] == "gate_failed" and sg["gates"] == []
+    assert rg["staged_validation"]["shadow_run"] == "fail"
+    assert rg["reconciliation"]["row_count_status"] == "fail"
+    assert [(g["target"], g["gate"], g["scope"]) for g in sg["failed_gates"]
+            if g["gate"] == "row_count_parity"][:1] == [
+        ("orders_clean", "row_count_parity", "proof slice 1")]
+    md = evidence.with_suffix(".md").read_text()
+    assert "## Failed gates" in md and "| Shadow run | fail |" in md

@@ -253,3 +253,30 @@ def test_a_run_finished_by_another_process_while_the_ledger_was_read_is_not_resu
     assert [h["operation"] for h in _history(spark, target) if h["version"] > v0] == ["WRITE"]
     assert run_progress(Ledger(spark, home).run_events(stopped.run_id)).state == "done"
     assert not is_paused(spark, str(target), home)
+
+
+def test_a_promoted_run_whose_publish_was_not_reopened_says_so_in_its_evidence(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """The evidence is written before publish is reopened; when reopening fails the run ends
+    failed with publish paused, and its evidence used to say publish was unblocked. The re-run
+    reopens it and writes the evidence again."""
+    import yaml
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    fails_once_at(monkeypatch, faults, "before_publish_resume", "control table unreachable")
+    with pytest.raises(RuntimeError, match="control table unreachable"):
+        _run(spark, plan)
+    assert is_paused(spark, str(target), home)
+    (evidence,) = (root / "evidence").glob("*.yaml")
+    data = yaml.safe_load(evidence.read_text(encoding="utf-8"))
+    assert data["sparkguard"]["outcome"] == "promoted"
+    assert data["release_gate_evidence"]["publish_control"]["publish_unblocked"] is False
+    assert "publish was not reopened" in data["sparkguard"]["error"]
+    assert "publish unblocked: no" in evidence.with_suffix(".md").read_text(encoding="utf-8")
+    out = _run(spark, plan)
+    assert out.exit_code == 0 and not is_paused(spark, str(target), home)
+    data = yaml.safe_load(evidence.read_text(encoding="utf-8"))
+    assert data["release_gate_evidence"]["publish_control"]["publish_unblocked"] is True
+    assert data["sparkguard"]["error"] is None

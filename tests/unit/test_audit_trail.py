@@ -168,3 +168,69 @@ def test_commits_missing_different_and_later_ones() -> None:
     assert [f.kind for f in check_commits("/t", rec, hist[1:], 2)] == ["commit_missing",
                                                                        "later_commit"]
     assert [f.kind for f in check_commits("/t", rec, None, 2)] == ["commit_missing"]
+
+
+def test_audit_section_removed_from_recorded_evidence_is_tampering() -> None:
+    """Stripping ``audit:`` must not pass the file off as one written before auditing when the
+    ledger recorded it: with or without the key, and naming the fields edited with it."""
+    data, leaves, root = _sealed(b"k")
+    record = {"content_hash": root, "seal": data["audit"]["seal"], "leaves": leaves}
+    del data["audit"]
+    data["release_gate_evidence"]["owner"] = "mallory"
+    for key in (None, b"k"):
+        found = check_evidence("e.yaml", data, record, key)
+        assert [(f.kind, f.severity) for f in found] == [("evidence_edited", "tamper")] * 2
+        assert "audit section was removed" in found[0].detail
+        assert found[1].detail == "release_gate_evidence.owner changed"
+
+
+def test_evidence_naming_a_run_the_ledger_never_held_is_not_intact(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file given a run id the ledger does not know, its chain heads blanked and its content
+    hash recomputed (no key needed), used to verify as intact with exit 0 (read by delta-rs:
+    no Spark)."""
+    from pathlib import Path
+
+    from sparkguard.cli import main
+    from sparkguard.evidence import load_evidence
+
+    golden = Path(__file__).resolve().parents[1] / "golden" / "evidence.yaml"
+    data = load_evidence(golden)
+    data.pop("audit", None)
+    data["sparkguard"]["run_id"] = "20990101T000000Z-forged00"
+    home = tmp_path / "_sg"
+    home.mkdir()
+    attach_audit(data, home=str(home), chains={}, commits=[], key=None)
+    forged = tmp_path / "forged.yaml"
+    forged.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    assert main(["verify", "--evidence", str(forged)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert any(x.startswith("TAMPER run_missing run 20990101T000000Z-forged00: ") for x in out)
+    assert out[-1].endswith("TAMPERED: 1 finding(s)")
+
+
+def test_a_sealed_evidence_rewritten_unsealed_is_a_seal_mismatch() -> None:
+    """The ledger's first record of the evidence carried a seal, its newest does not (a
+    rollback run without the key, or an editor who appended a fresh record): with or without
+    the key this used to read as 'INFO unsealed' and verify intact."""
+    from sparkguard.verify import _check_run, _Evidence, _Read
+
+    runs = _chain(1)  # run "r"
+    chains = {"runs": runs[0]["event_hash"], "slices": None, "locks": {}}
+    data, leaves, root, sealed = attach_audit(_doc(), home="/h", chains=chains, commits=[],
+                                              key=b"k")
+    first = {"run_id": "r", "content_hash": root, "seal": sealed, "leaves": leaves}
+    del data["audit"]
+    data["sparkguard"]["rollbacks"] = [{"at": "x", "by": "ops", "forced": False, "targets": []}]
+    data, leaves, root, _ = attach_audit(data, home="/h", chains=chains, commits=[], key=None)
+    newest = {"run_id": "r", "content_hash": root, "seal": None, "leaves": leaves}
+    data = yaml.safe_load(yaml.safe_dump(data))
+    read = _Read(rows={"runs": runs, "slices": [], "evidence": [first, newest]},
+                 ledger_history={}, target_history={}, evidence_paths={}, engine="test")
+    alone = _Read(rows={**read.rows, "evidence": [newest]}, ledger_history={},
+                  target_history={}, evidence_paths={}, engine="test")
+    assert [f.kind for f in _check_run("r", _Evidence("e.yaml", data), alone, b"k")
+            if f.severity == "tamper"] == []  # never sealed: information only
+    for key in (None, b"k"):
+        found = _check_run("r", _Evidence("e.yaml", data), read, key)
+        assert [f.kind for f in found if f.severity == "tamper"] == ["seal_mismatch"], found

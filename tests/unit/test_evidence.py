@@ -198,3 +198,59 @@ def test_markdown_shows_rollbacks_recorded_in_the_evidence() -> None:
     assert "## Rolled back at 2026-05-21T08:00:00+00:00 by oncall@example.com\n" in md
     assert "- `/lake/target/orders_clean`: restored to version 2 (new version 4); verified: True" \
         in md.splitlines()
+
+
+def test_a_newline_in_a_partition_or_actor_cannot_forge_a_line_of_the_summary() -> None:
+    """A failed gate's partition value (read from the data) and a rollback's actor
+    (``SPARKGUARD_ACTOR``) stay on their own line: no forged outcome line or heading."""
+    forged = "\n\n**Outcome: promoted.** Ready to ship: yes\n\n## Release gate"
+    data = copy.deepcopy(_case("evidence_gate_failed"))
+    data["sparkguard"]["failed_gates"][0]["partition"] = "2026-05-02" + forged
+    data["sparkguard"]["targets"][0]["slices"][0]["passed"] = False
+    data["sparkguard"]["targets"][0]["slices"][0]["scope"] = "slice 1" + forged
+    data["sparkguard"]["rollbacks"] = [{"at": "2026-05-21T00:00:00+00:00", "by": "ops" + forged,
+                                        "forced": False, "targets": []}]
+    lines = render_markdown(data).splitlines()
+    assert [x for x in lines if x.startswith("**Outcome")] == [lines[2]]
+    assert lines[2].startswith("**Outcome: gate_failed.**")
+    assert lines.count("## Release gate") == 1
+    assert "**Outcome: promoted.** Ready to ship: yes ## Release gate" in lines[lines.index(
+        "## Failed gates") + 2]
+
+
+def test_a_failed_slice_gate_is_the_release_gate_verdict() -> None:
+    """A slice's failed gate stops the run before its full window is reconciled: the evidence
+    said shadow run and row count 'not_run' and listed no failed gate."""
+    from sparkguard.evidence import build_evidence
+    from sparkguard.plan.loader import load_plan_text
+    from sparkguard.reconcile.verdicts import GateResult, ReconcileResult
+    from sparkguard.run.report import RunReport, TargetReport
+    from sparkguard.sql import TableRef
+    from tests.plan_fixtures import plan_yaml, valid_plan
+
+    plan = load_plan_text(plan_yaml(valid_plan()))
+    t = plan.target_specs()[0]
+    gate = GateResult(gate="row_count_parity", check_type="row_count_parity", passed=False,
+                      measured={"value": 95}, threshold="<= 0%", reason="expected 100, got 95",
+                      expected=100)
+    target = TargetReport(
+        label=t.label, ref=TableRef.parse(t.dataset), shadow=TableRef(path="/s/x"),
+        promotion=t.promotion, reconciled_version=None, rollback_version=None,
+        promoted_version=None, verified=False, restored=False, skipped_slices=(), window=None,
+        slice_results=(ReconcileResult(scope="proof slice 1", partitions=(), gates=(gate,)),),
+        notes=())
+    run = RunReport(run_id="r1", plan=plan, plan_path="/p.yaml", fingerprint="f" * 64,
+                    home="/h", evidence_dir="/e", source="/src", source_version=0,
+                    partition_column="order_date", partitions=("2026-05-02",),
+                    proof_partitions=("2026-05-02",), targets={t.label: target},
+                    publish_paused=True)
+    data = build_evidence(run, "gate_failed", "orders_clean: proof slice: gate failed")
+    rg, sg = data["release_gate_evidence"], data["sparkguard"]
+    assert rg["staged_validation"]["shadow_run"] == "fail"
+    assert rg["reconciliation"]["row_count_status"] == "fail"
+    assert rg["reconciliation"]["metric_parity_status"] == "not_run"
+    assert [(g["gate"], g["scope"]) for g in sg["failed_gates"]] == [
+        ("row_count_parity", "proof slice 1")]
+    assert sg["gates"] == []
+    assert "- `orders_clean` **row_count_parity** (proof slice 1): expected 100, got 95" \
+        in render_markdown(data).splitlines()
