@@ -333,10 +333,14 @@ def _record_in_evidence(prog: RunProgress, results: list[dict[str, Any]], actor:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     entry = {"at": dt.datetime.now(dt.UTC).isoformat(), "by": actor, "forced": force,
              "targets": results}
-    data.setdefault("sparkguard", {}).setdefault("rollbacks", []).append(entry)
+    sg = data.setdefault("sparkguard", {})
+    sg.setdefault("rollbacks", []).append(entry)
+    sg["outcome"] = "rolled_back"  # what the target holds now; the promotion stays below
     rg = data.get("release_gate_evidence") or {}
     if isinstance(rg.get("decision"), dict):
         rg["decision"]["ready_to_ship"] = False
+    if isinstance(rg.get("publish_control"), dict):
+        rg["publish_control"]["deployment_complete"] = False
     audited = ledger if isinstance(data.get("audit"), dict) else None
     if audited is not None:
         if data["audit"].get("seal") and audit_key() is None:

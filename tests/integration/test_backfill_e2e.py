@@ -84,6 +84,12 @@ def test_happy_path_promotes_exact_recomputation_then_rollback_restores_prior_co
     assert _sorted(spark.read.format("delta").load(target)).collect() == before_rows
     last = DeltaTable.forPath(spark, target).history(1).first()
     assert last["operation"] == "RESTORE" and last["version"] == v_before + 2
+    # the evidence says what the target holds now, not only that the run once promoted
+    after = yaml.safe_load(evidence[0].read_text())
+    assert after["sparkguard"]["outcome"] == "rolled_back"
+    assert after["release_gate_evidence"]["publish_control"]["deployment_complete"] is False
+    assert after["release_gate_evidence"]["decision"]["ready_to_ship"] is False
+    assert "**Outcome: rolled_back.**" in evidence[0].with_suffix(".md").read_text()
 
 
 DEFECTS = {
