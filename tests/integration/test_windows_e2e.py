@@ -317,3 +317,36 @@ def test_generated_date_column_in_another_zone_never_leaves_window_rows_unrepair
         assert tgt.exceptAll(src).count() + src.exceptAll(tgt).count() == 0
     finally:
         spark.conf.set("spark.sql.session.timeZone", old)
+
+
+def test_date_hour_whole_day_means_hours_0_to_23_in_every_slice(spark: Any,
+                                                                 tmp_path: Path) -> None:
+    """A whole-day date_hour window cut into 6h slices, over a day that also has a row with a
+    NULL hour and one with hour 24: the window is hours 0-23, so both stay outside it. The
+    whole-day predicate (``dt IN (...)``) used to take them in while no slice (``hr IN (0..5)``
+    ...) wrote them: the full window's gates failed on rows no slice could produce, and under a
+    row tolerance the promotion would have deleted them from the target."""
+    import dataclasses
+
+    from sparkguard.layouts import DAY0, _append
+
+    lay = dataclasses.replace(LAYOUTS["date_hour"], start=DAY0 + dt.timedelta(hours=24),
+                              end=DAY0 + dt.timedelta(hours=48),
+                              window_column={"name": "dt", "type": "date_hour",
+                                             "hour_column": "hr", "slice": "6h"})
+    root = tmp_path / "dh"
+    plan = build_layout(spark, root, lay)
+    t = DAY0 + dt.timedelta(hours=30)
+    odd = {"source": [(5_000_000, None, "1.00"), (5_000_001, 24, "2.00")],
+           "target": [(5_000_000, None, "9.00"), (5_000_001, 24, "8.00")]}
+    for side, rows in odd.items():
+        _append(spark, lay, root / side / "events",
+                [(i, t, decimal.Decimal(a), 1.0, "odd", t.date(), hr) for i, hr, a in rows])
+    lines: list[str] = []
+    out = _run(spark, plan, lines)
+    assert out.exit_code == 0, "\n".join(lines[-20:])
+    kept = {r["event_id"]: str(r["amount"]) for r in _target(spark, root).filter(
+        "event_id >= 5000000").collect()}
+    assert kept == {5_000_000: "9.00", 5_000_001: "8.00"}  # outside the window: untouched
+    f = figures(spark, root, lay)
+    assert f["window_rows_fixed"] > 0 and f["window_rows_wrong"] == 0
