@@ -56,6 +56,9 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
     "blast_radius": (Severity.INFO, "rows and bytes the window covers in source and target"),
     "window_rewrites_most": (Severity.WARN, "the promotion rewrites most of an unpartitioned "
                              "table's files"),
+    "window_zone_dependent": (Severity.BLOCK, "the window reads fewer rows of a table in the "
+                              "session time zone than in UTC (a partition column generated "
+                              "from the window column, pruned by the session zone's dates)"),
 }
 _TYPE_OK: dict[PartitionType, tuple[type[T.DataType], ...]] = {
     PartitionType.DATE: (T.DateType,),
@@ -133,6 +136,7 @@ class _Live:
         counts = {r[0]: r[1] for r in src.filter(self.pred).groupBy(self.key.alias("k"))
                   .agg(F.count(F.lit(1))).collect()}
         self.rows = {str(k): int(v) for k, v in counts.items()}
+        self._zone_loss(src, "source", "window_column", sum(counts.values()))
         missing = [str(x) for x in self.parts if counts.get(x, 0) == 0]
         if missing and self.rw is not None and len(missing) < len(self.parts):
             # a time range may have quiet hours: only a window with no source row at all blocks
@@ -181,6 +185,8 @@ class _Live:
                          f"use one of {sorted(names)[:20]}")
         for np_, msg, fix in not_null_findings(t, path, df.columns, f"target {ref.display!r}"):
             self.add("column_missing", np_, msg, fix)
+        if part_ok:
+            self._zone_loss(df, f"target {ref.display!r}", f"{path}.dataset")
         where, checks = self._checks_of(i, t)
         for ci, check in enumerate(checks):
             if check.type is CheckType.DUPLICATE_CHECK:
@@ -287,6 +293,30 @@ class _Live:
                      "fix the SQL (column and function names)")
         finally:
             self.spark.catalog.dropTempView(view)
+
+    def _zone_loss(self, df: DataFrame, what: str, path: str, rows: int | None = None) -> None:
+        """A time-range window reads the same rows whatever the session zone, unless Delta
+        prunes a generated partition column (``CAST(event_ts AS DATE)``) by the session zone's
+        dates: then rows the window holds are read from no side, left wrong and reported fixed.
+        Block when the window reads fewer rows here than in a UTC session (pruning only ever
+        drops rows, so more rows in UTC are rows this session would miss)."""
+        zone = str(self.spark.conf.get("spark.sql.session.timeZone"))
+        if self.rw is None or zone == "UTC":
+            return
+        here = df.filter(self.pred).count() if rows is None else rows
+        try:
+            self.spark.conf.set("spark.sql.session.timeZone", "UTC")
+            utc = df.filter(self.pred).count()
+        finally:
+            self.spark.conf.set("spark.sql.session.timeZone", zone)
+        if utc > here:
+            self.add("window_zone_dependent", path,
+                     f"{what}: the window reads {here} rows in session time zone {zone} but "
+                     f"{utc} in UTC; Delta prunes a partition column generated from "
+                     f"{self.rw.column!r} by the session zone's dates, so {utc - here} window "
+                     "row(s) would be read from no table and left as they are",
+                     "set spark.sql.session.timeZone to the zone the table's writers use "
+                     "(UTC, normally)")
 
     def _blast_radius(self, path: str, ref: TableRef, df: DataFrame, detail: Any) -> None:
         files = (df.filter(self.pred)

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from sparkguard.errors import PlanError, PlanProblem
-from sparkguard.plan.fields import PlanValueError, utc_moment
+from sparkguard.plan.fields import SUB_MICROSECOND_RE, PlanValueError, utc_moment
 from sparkguard.sql import TableRef, UnsafeSQLError
 
 __all__ = ["SOURCE", "check_new_file", "parse_bound", "read_sql_file", "refuse", "resolve_table",
@@ -45,6 +45,9 @@ def resolve_table(flag: str, value: str, cwd: Path | None = None) -> str:
 def parse_bound(flag: str, value: str) -> dt.datetime:
     """``--start``/``--end``: an ISO date or timestamp; naive means UTC; returned aware UTC."""
     text = value.strip().replace("Z", "+00:00").replace("z", "+00:00")
+    if SUB_MICROSECOND_RE.search(text):
+        raise refuse(flag, "is finer than a microsecond (Spark timestamps hold microseconds)",
+                     "give at most 6 digits after the second", value)
     try:
         moment = dt.datetime.fromisoformat(text)
     except ValueError:

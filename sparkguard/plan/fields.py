@@ -46,6 +46,8 @@ __all__ = [
 MAX_RANGE_DAYS = 3660
 
 _ROLE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+# a fraction of a second with a non-zero digit past the microsecond (Spark's precision)
+SUB_MICROSECOND_RE = re.compile(r":[0-9]{2}[.,][0-9]{6}[0-9]*[1-9]")
 
 
 BOUND_YEARS = (1900, 9998)  # window bounds, in UTC
@@ -122,6 +124,11 @@ def _utc_bound(value: object) -> object:
         moment = dt.datetime(value.year, value.month, value.day)
     elif isinstance(value, str):
         text = value.strip()
+        if SUB_MICROSECOND_RE.search(text):
+            raise PlanValueError(
+                "is finer than a microsecond (Spark timestamps hold microseconds; the extra "
+                "digits would be dropped, moving the bound)",
+                "give the bound to the microsecond, at most 6 digits after the second")
         try:
             moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
         except ValueError:

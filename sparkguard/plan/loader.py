@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from sparkguard.errors import PlanError, PlanProblem
+from sparkguard.plan.fields import SUB_MICROSECOND_RE
 from sparkguard.plan.model import ApprovalRecord, BackfillPlan, PlanDocument, field_names
 from sparkguard.sql import UnsafeSQLError
 
@@ -46,6 +47,18 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _construct_timestamp(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> Any:
+    """A YAML timestamp, refused when finer than a microsecond (PyYAML drops the digits)."""
+    if SUB_MICROSECOND_RE.search(str(node.value)):
+        raise yaml.constructor.ConstructorError(
+            None, None, "a timestamp is finer than a microsecond; give at most 6 digits after "
+            "the second", node.start_mark)
+    return loader.construct_yaml_timestamp(node)
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:timestamp", _construct_timestamp)
 
 _FIXES = {
     "extra_forbidden": f"remove it or check its spelling against {TEMPLATE}",

@@ -159,7 +159,9 @@ class RangeWindow:
 
 def _date_hour_terms(ranges: list[tuple[dt.datetime, dt.datetime]], dcol: str,
                      hcol: str) -> list[str]:
-    """Hour-aligned ranges as ``dt IN (whole days)`` and ``(dt = D AND hr IN (...))`` terms."""
+    """Hour-aligned ranges as ``(dt IN (whole days) AND hr >= 0 AND hr <= 23)`` and ``(dt = D
+    AND hr IN (...))`` terms: a whole day is its hours 0-23, as in slices of it, not its rows
+    with a NULL or out-of-range hour."""
     hours: dict[dt.date, list[int]] = {}
     for lo, hi in ranges:
         t = lo
@@ -169,7 +171,8 @@ def _date_hour_terms(ranges: list[tuple[dt.datetime, dt.datetime]], dcol: str,
     whole = [d for d, hs in hours.items() if len(hs) == 24]
     terms = []
     if whole:
-        terms.append(f"{dcol} IN ({', '.join(f'DATE{chr(39)}{d.isoformat()}{chr(39)}' for d in whole)})")
+        days = ", ".join(f"DATE'{d.isoformat()}'" for d in whole)
+        terms.append(f"({dcol} IN ({days}) AND {hcol} >= 0 AND {hcol} <= 23)")
     for d, hs in hours.items():
         if len(hs) < 24:
             terms.append(f"({dcol} = DATE'{d.isoformat()}' AND {hcol} IN "

@@ -6,6 +6,7 @@ rows outside a partial-day window untouched (same content, and same files where 
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -254,3 +255,98 @@ def test_concurrent_slices_by_shadow_layout(spark: Any, tmp_path: Path, name: st
     assert slices.count(proof) == 2  # the proof slice, written twice
     waves = [s for s in slices if s != proof]
     assert len(waves) == together  # the window's other slices: one wave, `together` commits
+
+
+def test_generated_date_column_in_another_zone_never_leaves_window_rows_unrepaired(
+        spark: Any, tmp_path: Path) -> None:
+    """Source and target partitioned by ``event_date GENERATED ALWAYS AS (CAST(event_ts AS
+    DATE))``, written by a UTC session (one file per few hours, as an hourly job leaves them);
+    the backfill runs in an Asia/Kolkata session. Delta prunes the generated partitions by the
+    Kolkata date of the bounds, so the window's first UTC day (20:00 to 24:00, already 03-09 in
+    Kolkata) is read from neither table: the run must not end 0 with those rows still wrong."""
+    import yaml
+
+    from sparkguard.approve import record_approval
+    from sparkguard.errors import GuardError
+    from sparkguard.layouts import DAY0, Layout, _append, _create, _row, layout_plan
+
+    at = lambda h: DAY0 + dt.timedelta(hours=h)  # noqa: E731  (DAY0: 2026-03-09 00:00 UTC)
+    lay = Layout("generated_ist", at(-4), at(12),
+                 {"name": "event_ts", "type": "timestamp", "slice": "auto"},
+                 partitioned_by=("event_date",), generated_date=True)
+    root = tmp_path / "ist"
+    root.mkdir()
+    chunks = [[at(h) for h in range(a, b)] for a, b in ((-24, -4), (-4, 0), (0, 12), (12, 24))]
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # the tables' writer
+    try:
+        for side in ("source", "target"):
+            path = root / side / "events"
+            _create(spark, lay, path)
+            for chunk in chunks:
+                rows = [_row(lay, int((t - DAY0).total_seconds()) // 3600 + 100, t)
+                        for t in chunk]
+                if side == "target":  # every window row wrong in the target
+                    rows = [(r[0], r[1], decimal.Decimal("-1.00"), *r[3:]) if lay.start <= t < lay.end else r
+                            for r, t in zip(rows, chunk, strict=True)]
+                _append(spark, lay, path, rows)
+        plan = root / "plan.yaml"
+        plan.write_text(yaml.safe_dump(layout_plan(lay, root), sort_keys=False, width=100),
+                        encoding="utf-8")
+        record_approval(plan, "data-platform-owner", "alice@example.com")
+        tgt_path = root / "target" / "events"
+        before = spark.sql(f"DESCRIBE HISTORY delta.`{tgt_path}` LIMIT 1").first()["version"]
+        spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")
+        lines: list[str] = []
+        with pytest.raises(GuardError) as info:  # it used to end 0, "promoted and verified"
+            _run(spark, plan, lines)
+        assert "window_zone_dependent" in str(info.value), str(info.value)
+        assert "4 window row(s)" in str(info.value), str(info.value)
+        assert spark.conf.get("spark.sql.session.timeZone") == "Asia/Kolkata"
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+        assert spark.sql(f"DESCRIBE HISTORY delta.`{tgt_path}` LIMIT 1").first()["version"] \
+            == before
+        # in the writers' zone the same plan repairs every window row
+        out = _run(spark, plan, lines)
+        assert out.exit_code == 0, "\n".join(lines[-20:])
+        window = "event_ts >= TIMESTAMP_LTZ'2026-03-08 20:00:00+00:00' AND " \
+                 "event_ts < TIMESTAMP_LTZ'2026-03-09 12:00:00+00:00'"
+        src = spark.read.format("delta").load(str(root / "source" / "events")).filter(window)
+        tgt = spark.read.format("delta").load(str(tgt_path)).filter(window)
+        assert src.count() == 16
+        assert tgt.exceptAll(src).count() + src.exceptAll(tgt).count() == 0
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+
+
+def test_date_hour_whole_day_means_hours_0_to_23_in_every_slice(spark: Any,
+                                                                 tmp_path: Path) -> None:
+    """A whole-day date_hour window cut into 6h slices, over a day that also has a row with a
+    NULL hour and one with hour 24: the window is hours 0-23, so both stay outside it. The
+    whole-day predicate (``dt IN (...)``) used to take them in while no slice (``hr IN (0..5)``
+    ...) wrote them: the full window's gates failed on rows no slice could produce, and under a
+    row tolerance the promotion would have deleted them from the target."""
+    import dataclasses
+
+    from sparkguard.layouts import DAY0, _append
+
+    lay = dataclasses.replace(LAYOUTS["date_hour"], start=DAY0 + dt.timedelta(hours=24),
+                              end=DAY0 + dt.timedelta(hours=48),
+                              window_column={"name": "dt", "type": "date_hour",
+                                             "hour_column": "hr", "slice": "6h"})
+    root = tmp_path / "dh"
+    plan = build_layout(spark, root, lay)
+    t = DAY0 + dt.timedelta(hours=30)
+    odd = {"source": [(5_000_000, None, "1.00"), (5_000_001, 24, "2.00")],
+           "target": [(5_000_000, None, "9.00"), (5_000_001, 24, "8.00")]}
+    for side, rows in odd.items():
+        _append(spark, lay, root / side / "events",
+                [(i, t, decimal.Decimal(a), 1.0, "odd", t.date(), hr) for i, hr, a in rows])
+    lines: list[str] = []
+    out = _run(spark, plan, lines)
+    assert out.exit_code == 0, "\n".join(lines[-20:])
+    kept = {r["event_id"]: str(r["amount"]) for r in _target(spark, root).filter(
+        "event_id >= 5000000").collect()}
+    assert kept == {5_000_000: "9.00", 5_000_001: "8.00"}  # outside the window: untouched
+    f = figures(spark, root, lay)
+    assert f["window_rows_fixed"] > 0 and f["window_rows_wrong"] == 0

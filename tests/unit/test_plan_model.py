@@ -85,6 +85,30 @@ def test_window_bounds_normalise_to_aware_utc(raw, expected):
     assert load_plan_text(text).affected_window.start_utc == expected
 
 
+@pytest.mark.parametrize("raw", [
+    "'2026-05-01T05:00:00.0000009Z'",  # quoted: Python used to drop the 7th digit
+    "2026-05-01T05:00:00.0000009Z",  # a YAML timestamp: PyYAML used to drop it
+    "'2026-05-01T05:00:00.9999999+02:00'",
+])
+def test_window_bound_finer_than_a_microsecond_is_refused_not_truncated(raw):
+    """Spark timestamps hold microseconds: a bound between two of them was silently cut down
+    to the earlier one, moving the window (a start so cut takes in a row before it, an end
+    so cut leaves out a row before it)."""
+    text = f"backfill_plan:\n  affected_window:\n    start_utc: {raw}\n"
+    lines = _problems(text)
+    assert any("microsecond" in ln for ln in lines), lines
+
+
+@pytest.mark.parametrize(("raw", "micros"), [
+    ("'2026-05-01T05:00:00.1234560Z'", 123456),  # zeros past the microsecond are exact
+    ("2026-05-01T05:00:00.000001000Z", 1),
+    ("'2026-05-01T05:00:00.5Z'", 500000),
+])
+def test_window_bound_to_the_microsecond_is_kept(raw, micros):
+    text = f"backfill_plan:\n  affected_window:\n    start_utc: {raw}\n"
+    assert load_plan_text(text).affected_window.start_utc.microsecond == micros
+
+
 def test_equivalent_spellings_of_the_window_share_a_fingerprint():
     from sparkguard.plan.fingerprint import fingerprint
 

@@ -79,7 +79,8 @@ def test_date_hour_predicate_uses_whole_days_and_hours() -> None:
     assert rw is not None
     assert rw.partition_by == ("dt", "hr")
     assert rw.predicate(rw.labels) == (
-        "(`dt` IN (DATE'2026-03-10') OR (`dt` = DATE'2026-03-09' AND `hr` IN (22, 23)) OR "
+        "((`dt` IN (DATE'2026-03-10') AND `hr` >= 0 AND `hr` <= 23) OR "
+        "(`dt` = DATE'2026-03-09' AND `hr` IN (22, 23)) OR "
         "(`dt` = DATE'2026-03-11' AND `hr` IN (0, 1)))")
 
 
