@@ -98,4 +98,4 @@ def test_walkthrough_notebook_runs_plan_to_rollback(spark: Any, tmp_path: Path,
     assert "target equals its pre-promotion content" in rollback
     outcomes = sorted(yaml.safe_load(p.read_text())["sparkguard"]["outcome"]
                       for p in (tmp_path / "lake" / "evidence").glob("*.yaml"))
-    assert outcomes == ["dry_run_passed", "promoted"]
+    assert outcomes == ["dry_run_passed", "rolled_back"]  # the promoted run, rolled back
