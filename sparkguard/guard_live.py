@@ -185,8 +185,6 @@ class _Live:
                          f"use one of {sorted(names)[:20]}")
         for np_, msg, fix in not_null_findings(t, path, df.columns, f"target {ref.display!r}"):
             self.add("column_missing", np_, msg, fix)
-        if part_ok:
-            self._zone_loss(df, f"target {ref.display!r}", f"{path}.dataset")
         where, checks = self._checks_of(i, t)
         for ci, check in enumerate(checks):
             if check.type is CheckType.DUPLICATE_CHECK:
@@ -209,7 +207,8 @@ class _Live:
             if t.validation is not None and t.validation.reference is not None:
                 self._transform(f"{path}.validation.reference", t.validation.reference, src)
         if part_ok:
-            self._blast_radius(path, ref, df, detail)
+            rows = self._blast_radius(path, ref, df, detail)
+            self._zone_loss(df, f"target {ref.display!r}", f"{path}.dataset", rows)
 
     def _retention(self, path: str, ref: TableRef, props: dict[str, str]) -> None:
         horizon = self.plan.safeguards.rollback_horizon_days
@@ -238,24 +237,25 @@ class _Live:
             expr = getattr(check, side)
             if check.type is not CheckType.METRIC_RECONCILIATION or not expr:
                 continue
-            try:
+            agg = check.aggregation
+            try:  # the gate aggregates the value of each row itself: one analysis when valid
+                _analyse(df.agg(_AGGREGATE[agg](F.expr(expr))))
+                continue
+            except Exception as exc:
+                not_aggregable = exc
+            try:  # which fault: the expression itself, or its aggregation
                 _analyse(df.select(F.expr(expr)))
             except Exception as exc:
                 self.add("metric_expr_invalid", f"{where}[{i}].{side}",
                          f"{expr!r} does not resolve on the {what}: {_first_line(exc)}",
                          "use columns of that side")
                 continue
-            agg = check.aggregation
-            try:  # the gate aggregates the value of each row itself
-                _analyse(df.agg(_AGGREGATE[agg](F.expr(expr))))
-            except Exception as exc:
-                self.add("metric_expr_invalid", f"{where}[{i}].{side}",
-                         f"{expr!r} cannot be aggregated with {agg.value} on the {what}: "
-                         f"{_first_line(exc)}",
-                         "write a deterministic expression of one row's columns, without "
-                         f"aggregate or window functions (the gate applies {agg.value} itself: "
-                         "'amount', not 'sum(amount)'), of a type "
-                         f"{agg.value} takes")
+            self.add("metric_expr_invalid", f"{where}[{i}].{side}",
+                     f"{expr!r} cannot be aggregated with {agg.value} on the {what}: "
+                     f"{_first_line(not_aggregable)}",
+                     "write a deterministic expression of one row's columns, without "
+                     f"aggregate or window functions (the gate applies {agg.value} itself: "
+                     f"'amount', not 'sum(amount)'), of a type {agg.value} takes")
 
     def _transform(self, path: str, tr: Transform, src: DataFrame) -> None:
         """A transform (or a target's reference query) imports or analyses on the source."""
@@ -294,16 +294,16 @@ class _Live:
         finally:
             self.spark.catalog.dropTempView(view)
 
-    def _zone_loss(self, df: DataFrame, what: str, path: str, rows: int | None = None) -> None:
+    def _zone_loss(self, df: DataFrame, what: str, path: str, here: int) -> None:
         """A time-range window reads the same rows whatever the session zone, unless Delta
         prunes a generated partition column (``CAST(event_ts AS DATE)``) by the session zone's
         dates: then rows the window holds are read from no side, left wrong and reported fixed.
         Block when the window reads fewer rows here than in a UTC session (pruning only ever
-        drops rows, so more rows in UTC are rows this session would miss)."""
+        drops rows, so more rows in UTC are rows this session would miss). ``here``: the
+        window's rows as this session already counted them."""
         zone = str(self.spark.conf.get("spark.sql.session.timeZone"))
         if self.rw is None or zone == "UTC":
             return
-        here = df.filter(self.pred).count() if rows is None else rows
         try:
             self.spark.conf.set("spark.sql.session.timeZone", "UTC")
             utc = df.filter(self.pred).count()
@@ -318,7 +318,8 @@ class _Live:
                      "set spark.sql.session.timeZone to the zone the table's writers use "
                      "(UTC, normally)")
 
-    def _blast_radius(self, path: str, ref: TableRef, df: DataFrame, detail: Any) -> None:
+    def _blast_radius(self, path: str, ref: TableRef, df: DataFrame, detail: Any) -> int:
+        """Report what the promotion replaces; returns the target's rows in the window."""
         files = (df.filter(self.pred)
                  .select(F.col("_metadata.file_path").alias("f"),
                          F.col("_metadata.file_size").alias("s"))
@@ -337,6 +338,7 @@ class _Live:
                          f"target {ref.display!r} is not partitioned: {flag}",
                          "expected for a small table; otherwise cluster it (CLUSTER BY the "
                          "window column) or narrow the window, so a promotion rewrites less")
+        return rows
 
 
 # how a metric's rows are aggregated (avg: a sum and a count; count_distinct: a count of values)

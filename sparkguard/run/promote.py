@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sparkguard import delta_ops, faults
 from sparkguard.errors import GateFailedError, SparkguardError, TargetMovedError
 from sparkguard.plan.model import Promotion
-from sparkguard.reconcile.engine import reconcile
+from sparkguard.reconcile.engine import reconcile, table_fingerprint
 from sparkguard.reconcile.spec import spec_for_target
 from sparkguard.run.context import RunContext, RunState, TargetState, notify, record
 from sparkguard.run.data import bucketed, fingerprints, job, shadow_df, target_df
@@ -132,16 +132,15 @@ def _still_holds_promotion(ctx: RunContext, state: RunState, st: TargetState,
     if not after:
         return
     listed = delta_ops.listed_commits(after)
-    promoted, now = fingerprints(target_df(ctx, st, parts, found), target_df(ctx, st, parts))
-    if promoted == now or _holds_shadow(ctx, st, target_df(ctx, st, parts)):
+    window = target_df(ctx, st, parts)
+    promoted, now = fingerprints(target_df(ctx, st, parts, found), window)
+    if promoted == now or _holds_shadow(ctx, st, window):
         note = (f"other writers committed after the promotion at version {found} ({listed}); "
                 "every promoted row is still in the window, unchanged")
         st.notes.append(note)
         ctx.say(f"{label}: {note}")
         return
-    undone = fingerprints(target_df(ctx, st, parts, st.rollback_version),
-                          target_df(ctx, st, parts))
-    undone_all = undone[0] == undone[1]
+    undone_all = table_fingerprint(target_df(ctx, st, parts, st.rollback_version)) == now
     st.changed_after_promotion = True
     record(ctx, state, "target_moved", st, version_read=delta_ops.current_version(
         ctx.spark, st.ref), since_version=found, window_unchanged=False,
