@@ -22,6 +22,7 @@ import yaml
 
 from sparkguard import audit
 from sparkguard.audit import Finding
+from sparkguard.doc_io import dump_yaml
 from sparkguard.ledger_model import CHAIN_ORDER, audit_body
 
 __all__ = [
@@ -54,7 +55,7 @@ def audit_key(environ: Mapping[str, str] | None = None) -> bytes | None:
 
 def _roundtrip(data: Mapping[str, Any]) -> Any:
     """The document as a reader of its YAML gets it (what the verifier will hash)."""
-    return yaml.safe_load(yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True))
+    return yaml.safe_load(dump_yaml(dict(data)))
 
 
 def evidence_digest(data: Mapping[str, Any]) -> tuple[dict[str, str], str]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shlex
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from sparkguard.doc_io import atomic_write, dump_yaml
 from sparkguard.errors import EXIT_USAGE, SparkguardError
 from sparkguard.evidence_md import render_markdown
 from sparkguard.plan.model import BackfillPlan, Promotion, TargetSpec
@@ -184,19 +184,6 @@ def _contract_text(target: Any) -> str:
     return f"{target.label}: " + ("; ".join(parts) or "none")
 
 
-def _dump(data: dict[str, Any]) -> str:
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True,
-                          width=100)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def write_evidence(run: RunReport, outcome: str, error: str | None = None,
                    audit: dict[str, Any] | None = None) -> str:
     """Write ``<evidence_dir>/<run_id>.yaml``, ``.md`` and (with matplotlib) ``.png``; return the
@@ -218,8 +205,8 @@ def write_evidence(run: RunReport, outcome: str, error: str | None = None,
     if audit is not None:
         attach_audit_section(data, audit)
     yaml_path = base.with_suffix(".yaml")
-    _atomic_write(yaml_path, _dump(data))
-    _atomic_write(base.with_suffix(".md"), render_markdown(data))
+    atomic_write(yaml_path, dump_yaml(data))
+    atomic_write(base.with_suffix(".md"), render_markdown(data))
     return str(yaml_path)
 
 

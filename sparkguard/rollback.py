@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from pyspark.sql import SparkSession
 from sparkguard import delta_ops
 from sparkguard.audit import AUDIT_KEY_ENV
 from sparkguard.audit_trail import audit_key
+from sparkguard.doc_io import atomic_write, dump_yaml
 from sparkguard.errors import GateFailedError, RollbackRefusedError
 from sparkguard.evidence import render_markdown
 from sparkguard.faults import failpoint
@@ -347,12 +347,12 @@ def _record_in_evidence(prog: RunProgress, results: list[dict[str, Any]], actor:
             out(f"WARNING the evidence was sealed and {AUDIT_KEY_ENV} is not set: it is "
                 "rewritten unsealed, and `sparkguard verify` reports it (seal_mismatch)")
         _reseal(data, prog.run_id, audited)
-    _atomic_write(path, yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True))
+    atomic_write(path, dump_yaml(data))
     if audited is not None:
         from sparkguard.run.finish import record_evidence_audit
 
         record_evidence_audit(audited, prog.run_id, str(path))
-    _atomic_write(path.with_suffix(".md"), render_markdown(data))
+    atomic_write(path.with_suffix(".md"), render_markdown(data))
     out(f"rollback recorded in the evidence: {path}")
 
 
@@ -367,9 +367,3 @@ def _reseal(data: dict[str, Any], run_id: str, ledger: Ledger) -> None:
     attach_audit(data, home=old.get("ledger_home") or ledger.home, chains=chains,
                  commits=old.get("commits") or [], key=audit_key())
 
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sparkguard.audit_trail import (
     attach_audit,
@@ -22,6 +24,7 @@ from sparkguard.audit_trail import (
     commit_record,
     evidence_digest,
 )
+from sparkguard.doc_io import dump_yaml
 from sparkguard.ledger_model import chained_hash
 
 
@@ -234,3 +237,23 @@ def test_a_sealed_evidence_rewritten_unsealed_is_a_seal_mismatch() -> None:
     for key in (None, b"k"):
         found = _check_run("r", _Evidence("e.yaml", data), read, key)
         assert [f.kind for f in found if f.severity == "tamper"] == ["seal_mismatch"], found
+
+
+@given(st.text())
+def test_evidence_yaml_reads_back_every_string(value: str) -> None:
+    assert yaml.safe_load(dump_yaml({"v": [value], value: 1})) == {"v": [value], value: 1}
+
+
+@pytest.mark.parametrize("char", ["\x85", "\u2028", "\u2029"])
+def test_a_sample_value_holding_a_yaml_line_break_is_kept_and_verifies(char: str) -> None:
+    # Latin-1 text read as UTF-8 leaves U+0085 in real columns; PyYAML folded it to a space,
+    # so the evidence showed the auditor a value the table does not hold.
+    value = f"caf{char}e \"x\" 'y'"
+    doc = _doc()
+    doc["sparkguard"]["targets"][0]["samples"] = [{"key": value, "shadow": value}]
+    data, leaves, root, _ = attach_audit(doc, home="/h", chains={"runs": "a" * 64}, commits=[],
+                                         key=b"k")
+    read = yaml.safe_load(dump_yaml(data))
+    assert read["sparkguard"]["targets"][0]["samples"] == [{"key": value, "shadow": value}]
+    record = {"content_hash": root, "seal": data["audit"]["seal"], "leaves": leaves}
+    assert [f for f in check_evidence("e", read, record, b"k") if f.severity == "tamper"] == []
