@@ -8,6 +8,7 @@ inside the window (the blast radius). Nothing is written and nothing unbounded i
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import uuid
@@ -29,6 +30,7 @@ from sparkguard.plan.model import (
     CheckType,
     TargetSpec,
     Transform,
+    WindowType,
 )
 from sparkguard.plan.window_spec import range_window
 from sparkguard.sql import PartitionType, TableRef, query_only, window_predicate
@@ -45,6 +47,8 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
                                 "partitioning.type"),
     "column_missing": (Severity.BLOCK, "a business key / duplicate_check key / "
                        "contract.not_null name is not a target column"),
+    "targets_same_table": (Severity.BLOCK, "two targets name one table (same storage location, "
+                           "spelt differently)"),
     "target_not_partitioned": (Severity.WARN, "the target is not partitioned by the column"),
     "window_not_in_source": (Severity.BLOCK, "a window partition has no rows in the source"),
     "transform_invalid": (Severity.BLOCK, "the transform does not analyse against the source"),
@@ -65,6 +69,7 @@ _TYPE_OK: dict[PartitionType, tuple[type[T.DataType], ...]] = {
     PartitionType.STRING: (T.StringType, T.CharType, T.VarcharType),
     PartitionType.INT: (T.ByteType, T.ShortType, T.IntegerType, T.LongType),
 }
+_ZONE_BUCKETS = 400  # buckets the time-zone check counts one by one (a scan each)
 _UNIT_DAYS = {"second": 1 / 86400, "minute": 1 / 1440, "hour": 1 / 24, "day": 1.0, "week": 7.0}
 _DEFAULT_LOG_DAYS, _DEFAULT_FILE_DAYS = 30.0, 7.0
 
@@ -99,6 +104,7 @@ class _Live:
             self.key = F.col(self.p)
         self.out: list[Finding] = []
         self.rows: dict[str, int] = {}  # source rows per window partition
+        self.locations: dict[str, str] = {}  # target location -> path of its first target
 
     def add(self, code: str, path: str, msg: str, fix: str = "") -> None:
         self.out.append(Finding(LIVE_RULES[code][0], code, f"{P}.{path}", msg, fix))
@@ -136,7 +142,7 @@ class _Live:
         counts = {r[0]: r[1] for r in src.filter(self.pred).groupBy(self.key.alias("k"))
                   .agg(F.count(F.lit(1))).collect()}
         self.rows = {str(k): int(v) for k, v in counts.items()}
-        self._zone_loss(src, "source", "window_column", sum(counts.values()))
+        self._zone_loss(src, "source", "window_column")
         missing = [str(x) for x in self.parts if counts.get(x, 0) == 0]
         if missing and self.rw is not None and len(missing) < len(self.parts):
             # a time range may have quiet hours: only a window with no source row at all blocks
@@ -194,7 +200,14 @@ class _Live:
                                  f"target {ref.display!r} has no column {k!r}",
                                  f"use one of {sorted(names)[:20]}")
         detail = delta_ops.detail(self.spark, ref).select(
-            "partitionColumns", "properties", "numFiles", "sizeInBytes").first()
+            "location", "partitionColumns", "properties", "numFiles", "sizeInBytes").first()
+        location = str(detail["location"] or "").rstrip("/") if detail is not None else ""
+        if location in self.locations:
+            self.add("targets_same_table", f"{path}.dataset",
+                     f"target {ref.display!r} is the table of {self.locations[location]} "
+                     f"(at {location})", "give each table one target")
+        elif location:
+            self.locations[location] = f"{path} ({ref.display!r})"
         if detail is not None and self.rw is None and self.p not in (detail["partitionColumns"]
                                                                      or []):
             self.add("target_not_partitioned", f"{path}.dataset",
@@ -207,8 +220,8 @@ class _Live:
             if t.validation is not None and t.validation.reference is not None:
                 self._transform(f"{path}.validation.reference", t.validation.reference, src)
         if part_ok:
-            rows = self._blast_radius(path, ref, df, detail)
-            self._zone_loss(df, f"target {ref.display!r}", f"{path}.dataset", rows)
+            self._blast_radius(path, ref, df, detail)
+            self._zone_loss(df, f"target {ref.display!r}", f"{path}.dataset")
 
     def _retention(self, path: str, ref: TableRef, props: dict[str, str]) -> None:
         horizon = self.plan.safeguards.rollback_horizon_days
@@ -294,32 +307,45 @@ class _Live:
         finally:
             self.spark.catalog.dropTempView(view)
 
-    def _zone_loss(self, df: DataFrame, what: str, path: str, here: int) -> None:
+    def _zone_loss(self, df: DataFrame, what: str, path: str) -> None:
         """A time-range window reads the same rows whatever the session zone, unless Delta
         prunes a generated partition column (``CAST(event_ts AS DATE)``) by the session zone's
-        dates: then rows the window holds are read from no side, left wrong and reported fixed.
-        Block when the window reads fewer rows here than in a UTC session (pruning only ever
-        drops rows, so more rows in UTC are rows this session would miss). ``here``: the
-        window's rows as this session already counted them."""
+        dates of a query's bounds: then rows are read by no slice, left wrong and reported
+        fixed. Each slice reads a run of whole buckets, and a bucket's pruning is never wider
+        than its slice's, so the check counts every bucket on its own (one query, a scan per
+        bucket, the first ``_ZONE_BUCKETS`` buckets) here and in UTC, and blocks when any
+        bucket reads fewer rows here (pruning only ever drops rows)."""
         zone = str(self.spark.conf.get("spark.sql.session.timeZone"))
-        if self.rw is None or zone == "UTC":
+        if self.rw is None or self.rw.type is not WindowType.TIMESTAMP or zone == "UTC":
             return
+        rw, buckets = self.rw, list(self.parts)[:_ZONE_BUCKETS]
+
+        def per_bucket() -> dict[int, int]:  # a new plan each time: optimised in the zone set
+            scans = [df.filter(F.expr(rw.predicate([b]))).select(F.lit(i).alias("b"))
+                     for i, b in enumerate(buckets)]
+            union = functools.reduce(DataFrame.unionAll, scans).groupBy("b").count()
+            return {int(r[0]): int(r[1]) for r in union.collect()}  # <= _ZONE_BUCKETS rows
+
+        here = per_bucket()
         try:
             self.spark.conf.set("spark.sql.session.timeZone", "UTC")
-            utc = df.filter(self.pred).count()
+            utc = per_bucket()
         finally:
             self.spark.conf.set("spark.sql.session.timeZone", zone)
-        if utc > here:
+        short = {buckets[i]: n - here.get(i, 0) for i, n in utc.items() if n > here.get(i, 0)}
+        if short:
+            lost, total = sum(short.values()), sum(utc.values())
             self.add("window_zone_dependent", path,
-                     f"{what}: the window reads {here} rows in session time zone {zone} but "
-                     f"{utc} in UTC; Delta prunes a partition column generated from "
-                     f"{self.rw.column!r} by the session zone's dates, so {utc - here} window "
-                     "row(s) would be read from no table and left as they are",
+                     f"{what}: in session time zone {zone} the window's buckets read "
+                     f"{total - lost} of their {total} rows (UTC); Delta prunes a partition "
+                     f"column generated from {self.rw.column!r} by the session zone's dates, "
+                     f"so {lost} window row(s) would be read by no slice and left as they are "
+                     f"(buckets {sorted(map(str, short))[:5]})",
                      "set spark.sql.session.timeZone to the zone the table's writers use "
                      "(UTC, normally)")
 
-    def _blast_radius(self, path: str, ref: TableRef, df: DataFrame, detail: Any) -> int:
-        """Report what the promotion replaces; returns the target's rows in the window."""
+    def _blast_radius(self, path: str, ref: TableRef, df: DataFrame, detail: Any) -> None:
+        """Report what the promotion replaces."""
         files = (df.filter(self.pred)
                  .select(F.col("_metadata.file_path").alias("f"),
                          F.col("_metadata.file_size").alias("s"))
@@ -338,7 +364,6 @@ class _Live:
                          f"target {ref.display!r} is not partitioned: {flag}",
                          "expected for a small table; otherwise cluster it (CLUSTER BY the "
                          "window column) or narrow the window, so a promotion rewrites less")
-        return rows
 
 
 # how a metric's rows are aggregated (avg: a sum and a count; count_distinct: a count of values)

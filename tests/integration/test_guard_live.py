@@ -103,6 +103,28 @@ def test_target_missing(spark, base):
         ("target_missing", "backfill_plan.targets[0].dataset")}
 
 
+def test_a_catalog_name_and_a_path_of_one_table_are_refused_as_two_targets(spark, base):
+    # the static guard compares the spellings (paths normalised, names case-folded); a name
+    # and a path of one table only the live check can see
+    path = str(base / "target" / "orders_clean")
+    alias = "sg_live_alias_orders"
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {alias} USING DELTA LOCATION '{path}'")
+
+    def mutate(p):
+        again = copy.deepcopy(p["targets"][0])
+        again["name"] = "orders_again"
+        again["dataset"] = alias
+        p["targets"].append(again)
+    try:
+        found = [f for f in live_findings(spark, _plan(base, mutate))
+                 if f.code == "targets_same_table"]
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {alias}")
+    assert [(f.severity.value, f.path) for f in found] == [
+        ("block", "backfill_plan.targets[1].dataset")]
+    assert f"targets[0] ({path!r})" in found[0].message
+
+
 def test_partition_column_missing(spark, base):
     def mutate(p):
         p["partitioning"]["column"] = "event_date"
@@ -240,6 +262,7 @@ def test_live_rules_have_tests():
     # odd values when the property is set, so a live table cannot easily hold one)
     tested = {"source_missing", "target_missing", "partition_column_missing",
               "partition_type_mismatch", "column_missing", "target_not_partitioned",
+              "targets_same_table",
               "window_not_in_source", "transform_invalid", "metric_expr_invalid",
               "retention_too_short", "blast_radius", "retention_unreadable",
               "window_rewrites_most",  # this one in test_windows_guard.py, the next in

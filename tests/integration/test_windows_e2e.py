@@ -319,6 +319,56 @@ def test_generated_date_column_in_another_zone_never_leaves_window_rows_unrepair
         spark.conf.set("spark.sql.session.timeZone", old)
 
 
+def test_a_slice_that_reads_no_rows_in_another_zone_is_refused_before_anything_is_written(
+        spark: Any, tmp_path: Path) -> None:
+    """Dense rows (every 10 minutes), tables written by a UTC session with ``event_date
+    GENERATED ALWAYS AS (CAST(event_ts AS DATE))``, a window 02:00-05:00 UTC (hour slices)
+    backfilled from a New York session. The whole window reads all its rows there (its bounds'
+    New York dates, 03-09 and 03-10, cover both partitions), but the 02:00 UTC slice is 22:00
+    on 03-09 in New York: Delta prunes it to partition 03-09 and it reads none of its rows. The
+    run used to write its shadows and fail its gates (shadow 13 rows against the source's 20);
+    the guard now refuses it first, naming the rows that no slice would read."""
+    import yaml
+
+    from sparkguard.approve import record_approval
+    from sparkguard.errors import GuardError
+    from sparkguard.layouts import DAY0, Layout, _append, _create, _moments, _row, layout_plan
+
+    at = lambda h: DAY0 + dt.timedelta(hours=h)  # noqa: E731
+    lay = Layout("generated_ny", at(26), at(29),
+                 {"name": "event_ts", "type": "timestamp", "slice": "auto"},
+                 partitioned_by=("event_date",), generated_date=True)
+    root = tmp_path / "ny"
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # the tables' writer
+    try:
+        for side in ("source", "target"):
+            _create(spark, lay, root / side / "events")
+            _append(spark, lay, root / side / "events",
+                    [_row(lay, i, t) for i, t in enumerate(_moments(lay))])
+        plan = root / "plan.yaml"
+        plan.write_text(yaml.safe_dump(layout_plan(lay, root), sort_keys=False, width=100),
+                        encoding="utf-8")
+        record_approval(plan, "data-platform-owner", "alice@example.com")
+        tgt = root / "target" / "events"
+        before = spark.sql(f"DESCRIBE HISTORY delta.`{tgt}` LIMIT 1").first()["version"]
+        spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+        window = (f"event_ts >= TIMESTAMP'{at(26):%Y-%m-%d %H:%M:%S}+00:00' AND "
+                  f"event_ts < TIMESTAMP'{at(29):%Y-%m-%d %H:%M:%S}+00:00'")
+        assert spark.read.format("delta").load(str(tgt)).filter(window).count() == sum(
+            1 for t in _moments(lay) if at(26) <= t < at(29))  # the window alone loses nothing
+        with pytest.raises(GuardError) as info:
+            _run(spark, plan)
+        msg = str(info.value)
+        lost = sum(1 for t in _moments(lay) if at(26) <= t < at(27))  # the 02:00 UTC slice
+        assert "window_zone_dependent" in msg and f"so {lost} window row(s)" in msg, msg
+        assert "2026-03-10T02" in msg, msg
+        assert spark.sql(f"DESCRIBE HISTORY delta.`{tgt}` LIMIT 1").first()["version"] == before
+        assert not (root / "_sg" / "shadow").exists()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+
+
 def test_date_hour_whole_day_means_hours_0_to_23_in_every_slice(spark: Any,
                                                                  tmp_path: Path) -> None:
     """A whole-day date_hour window cut into 6h slices, over a day that also has a row with a
