@@ -151,12 +151,13 @@ def rollback_run(spark: SparkSession, home: str, run_id: str, *, force: bool = F
     datasets = sorted({tp.dataset for tp in prog.targets.values()
                        if tp.rollback_version is not None and tp.dataset is not None})
     lock_id = rollback_lock_id(run_id)
-    ledger.acquire(datasets, lock_id, os.environ.get("SPARKGUARD_ACTOR") or _user())
+    keys = sorted({delta_ops.lock_key(spark, TableRef.parse(d)) for d in datasets})
+    ledger.acquire(keys, lock_id, os.environ.get("SPARKGUARD_ACTOR") or _user())
     try:
         return _rollback_locked(spark, ledger, events, prog, force=force, out=out,
                                 notifiers=notifiers)
     finally:
-        ledger.release(datasets, lock_id)
+        ledger.release(keys, lock_id)
 
 
 def rollback_lock_id(run_id: str) -> str:

@@ -107,15 +107,18 @@ class _Read:
     engine: str
 
 
-def _read(reader: StateReader, run_ids: Sequence[str] | None, datasets: Sequence[str]) -> _Read:
+def _read(reader: StateReader, run_ids: Sequence[str] | None, datasets: Sequence[str],
+          lock_keys: Sequence[str] = ()) -> _Read:
+    """``lock_keys``: the locks' keys the evidence recorded heads of (a lock is keyed by the
+    table's location, not by the dataset as the plan spells it)."""
     col = None if run_ids is None else "run_id"
     rows = {name: reader.rows(name, col, run_ids) for name in ("runs", "slices", "evidence")}
     if run_ids is None:
         rows["locks"] = reader.rows("locks")
-        datasets = sorted({*datasets, *(r["target"] for r in rows["locks"])})
+        datasets = sorted({*datasets, *(r["target"] for r in rows["runs"] if r.get("target"))})
         rows["publish"] = reader.rows("publish")
     else:
-        rows["locks"] = reader.rows("locks", "target", list(datasets))
+        rows["locks"] = reader.rows("locks", "target", sorted({*datasets, *lock_keys}))
         rows["publish"] = reader.rows("publish", "target", list(datasets))
     paths: dict[str, str] = {}
     for r in rows["evidence"]:
@@ -160,8 +163,8 @@ def verify(*, home: str | None, run_id: str | None = None, evidence: str | None 
     else:
         assert run_id is not None
         datasets = [str(t.get("dataset")) for t in given.targets()] if given else []
-        data = read_state(home, lambda r: _read(r, [run_id], datasets), spark=spark,
-                          engine=engine, err=err)
+        data = read_state(home, lambda r: _read(r, [run_id], datasets, _lock_keys(given)),
+                          spark=spark, engine=engine, err=err)
         if given is None and not data.rows["runs"]:
             raise VerifyUsageError(f"run {run_id}: no such run in the ledger at {home}")
         if given is None and data.evidence_paths.get(run_id):
@@ -169,9 +172,9 @@ def verify(*, home: str | None, run_id: str | None = None, evidence: str | None 
             if found is not None:
                 given = found
                 more = [str(t.get("dataset")) for t in given.targets()]
-                if set(more) - set(datasets):  # the run's targets: read their history too
-                    data = read_state(home, lambda r: _read(r, [run_id], more), spark=spark,
-                                      engine=engine, err=err)
+                # the run's targets (their history) and its locks' keys: read them too
+                data = read_state(home, lambda r: _read(r, [run_id], more, _lock_keys(found)),
+                                  spark=spark, engine=engine, err=err)
         run_ids = [run_id]
     report = VerifyReport(runs=list(run_ids), engine=data.engine)
     for name in _LEDGER_TABLES:
@@ -197,6 +200,12 @@ def verify(*, home: str | None, run_id: str | None = None, evidence: str | None 
         events = [r for r in data.rows["publish"] if r["target"] == t]
         report.findings += check_chain("publish", f"target {t}", events)
     return report
+
+
+def _lock_keys(ev: _Evidence | None) -> list[str]:
+    """The lock keys whose chain heads the evidence recorded."""
+    locks = (ev.audit.get("chains") or {}).get("locks") if ev is not None else None
+    return sorted(map(str, locks)) if isinstance(locks, dict) else []
 
 
 def _evidence_file(path: str) -> _Evidence | None:

@@ -40,6 +40,14 @@ def build_base(spark: Any, root: Path) -> Path:
     return root
 
 
+def lock_key_of(spark: Any, table: Path | str) -> str:
+    """The key a run or rollback locks the Delta table at ``table`` under (its location)."""
+    from sparkguard.delta_ops import lock_key
+    from sparkguard.sql import TableRef
+
+    return lock_key(spark, TableRef(path=str(table)))
+
+
 def copy_lake(base: Path, dest: Path) -> Path:
     """Copy the base lake's tables (Delta logs hold relative paths) to ``dest``."""
     for sub in ("source", "target"):

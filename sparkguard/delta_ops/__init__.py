@@ -48,6 +48,7 @@ from sparkguard.delta_ops.sessions import isolated_session
 from sparkguard.delta_ops.tables import (
     delta_log_exists,
     detail,
+    lock_key,
     read_table,
     read_version,
     retention_properties,
@@ -81,6 +82,7 @@ __all__ = [
     "isolated_session",
     "listed_commits",
     "literal_frame",
+    "lock_key",
     "missing_files_for_version",
     "post_commit_failed",
     "promote_merge",

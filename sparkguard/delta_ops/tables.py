@@ -11,7 +11,7 @@ from sparkguard import compat
 from sparkguard.delta_ops.conflicts import error_condition
 from sparkguard.sql import TableRef, describe_detail_statement
 
-__all__ = ["delta_log_exists", "delta_table", "detail", "read_table", "read_version",
+__all__ = ["delta_log_exists", "delta_table", "detail", "lock_key", "read_table", "read_version",
            "retention_properties", "table_exists"]
 
 
@@ -106,6 +106,22 @@ def read_version(spark: SparkSession, ref: TableRef, version: int) -> DataFrame:
 def detail(spark: SparkSession, ref: TableRef) -> DataFrame:
     """One row: format, location, partition columns, properties (``DESCRIBE DETAIL``)."""
     return spark.sql(describe_detail_statement(ref))
+
+
+def lock_key(spark: SparkSession, ref: TableRef) -> str:
+    """The key under which a run or a rollback locks ``ref``: the table's storage location.
+
+    One table has one location however a plan spells it (``sales.orders``,
+    ``SPARK_CATALOG.SALES.ORDERS``, its path with or without a trailing slash or ``file:``),
+    so two runs naming it differently still exclude each other. A table that cannot be
+    described (missing) is keyed by its name as written.
+    """
+    try:
+        row = detail(spark, ref).select("location").first()
+    except AnalysisException:
+        return ref.display
+    location = str(row["location"] or "") if row is not None else ""
+    return location.rstrip("/") or ref.display
 
 
 def retention_properties(spark: SparkSession, ref: TableRef) -> dict[str, str]:

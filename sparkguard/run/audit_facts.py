@@ -34,6 +34,5 @@ def audit_facts(ctx: RunContext, state: RunState) -> dict[str, Any]:
             if meta and meta.get("run_id") == state.run_id:
                 commits.append(commit_record(st.ref.display,
                                              {**c, "timestamp": _ms(c.get("timestamp"))}))
-    chains = ctx.ledger.chain_heads(state.run_id, [st.ref.display for st in
-                                                   state.targets.values()])
+    chains = ctx.ledger.chain_heads(state.run_id, list(state.lock_keys.values()))
     return {"home": ctx.home, "chains": chains, "commits": commits}

@@ -127,7 +127,8 @@ class RunState:
     resumed: RunProgress | None = None
     holds_locks: bool = False
     publish_paused: bool = False  # this run's publish hold is set
-    locked: list[str] = field(default_factory=list)
+    locked: list[str] = field(default_factory=list)  # lock keys held (delta_ops.lock_key)
+    lock_keys: dict[str, str] = field(default_factory=dict)  # label -> lock key
     done: dict[str, set[str]] = field(default_factory=dict)  # label -> partitions reconciled
     proof_done: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> slice event
     ledger_facts: dict[str, Any] = field(default_factory=dict)

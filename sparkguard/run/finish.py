@@ -23,7 +23,7 @@ def write_run_evidence(ctx: RunContext, state: RunState, outcome: str,
     except Exception as exc:  # a target's history unreadable: the evidence must still be written
         facts = {"home": ctx.home, "commits": [], "commits_error": f"{type(exc).__name__}: "
                  f"{exc}"[:300], "chains": ctx.ledger.chain_heads(
-                     state.run_id, [st.ref.display for st in state.targets.values()])}
+                     state.run_id, list(state.lock_keys.values()))}
     path = write_evidence(report_of(ctx, state), outcome, error, audit=facts)
     record_evidence_audit(ctx.ledger, state.run_id, path)
     ctx.say(f"evidence written to {path}")

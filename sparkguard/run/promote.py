@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sparkguard import delta_ops, faults
-from sparkguard.errors import GateFailedError, SparkguardError, TargetMovedError
+from sparkguard.errors import ConcurrentRunError, GateFailedError, SparkguardError, TargetMovedError
 from sparkguard.plan.model import Promotion
 from sparkguard.reconcile.engine import reconcile, table_fingerprint
 from sparkguard.reconcile.spec import spec_for_target
@@ -28,6 +28,7 @@ def visit_promote(stage: Promote, ctx: RunContext, state: RunState) -> None:
     if st.rollback_version is not None and _already_promoted(ctx, state, st):
         return
     job(ctx, state, f"run {state.run_id} target {label}: promote")
+    _still_locked(ctx, state, st)
     current = _prepare_and_commit(ctx, state, st)
     faults.failpoint("after_promote_commit")
     commits = delta_ops.commits_since(ctx.spark, st.ref, current)
@@ -38,6 +39,19 @@ def visit_promote(stage: Promote, ctx: RunContext, state: RunState) -> None:
     _landed(ctx, state, st, current, found, commits)
     faults.failpoint("after_promote_ledger")
     verify(ctx, state, st)
+
+
+def _still_locked(ctx: RunContext, state: RunState, st: TargetState) -> None:
+    """Fence: promote only while this process's lock event is still the target's newest. A run
+    outliving the stale-lock timeout can be taken over (``--takeover-stale-lock``); the run
+    that took the lock over is then the only one allowed to promote."""
+    key = state.lock_keys.get(st.spec.label, st.ref.display)
+    holder = ctx.ledger.lock_holder(key)
+    if holder is None or holder.token != ctx.ledger.token:
+        raise ConcurrentRunError(
+            f"{st.spec.label}: this run no longer holds the target's lock ("
+            + (f"taken over by {holder.describe()}" if holder is not None else "released")
+            + "); it stops before promoting, the target is unchanged and publish stays paused")
 
 
 def _landed(ctx: RunContext, state: RunState, st: TargetState, checked: int, found: int,

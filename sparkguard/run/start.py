@@ -65,17 +65,19 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState, again: bool = Fals
             "re-run without --dry-run to finish it before a dry run")
     state.run_id = prev.run_id if prev is not None else new_run_id()
     job(ctx, state, f"run {state.run_id}: lock targets, pin the source version, record the run")
-    displays = [st.ref.display for st in state.targets.values()]
-    decisions = ctx.ledger.acquire(displays, state.run_id, ctx.plan.owner,
+    state.lock_keys = {label: delta_ops.lock_key(ctx.spark, st.ref)
+                       for label, st in state.targets.items()}
+    keys = sorted(set(state.lock_keys.values()))  # the guard refused two targets in one
+    decisions = ctx.ledger.acquire(keys, state.run_id, ctx.plan.owner,
                                    takeover=ctx.options.takeover_stale_lock,
                                    stale_after_s=ctx.options.stale_lock_after_s)
-    state.locked, state.holds_locks = displays, True
+    state.locked, state.holds_locks = keys, True
     took_over = {t: h.run_id for t, (what, h) in decisions.items()
                  if what == "takeover" and h is not None}
     if prev is not None and _moved_on(ctx, hist, prev):
         # The run was live when the ledger was read and finished (or stopped) before the lock
         # was free: resuming it from that read would redo or undo its steps. Read again.
-        ctx.ledger.release(displays, state.run_id)
+        ctx.ledger.release(keys, state.run_id)
         state.locked, state.holds_locks = [], False
         if again:
             raise ConcurrentRunError(
@@ -157,7 +159,8 @@ def _already_done(ctx: RunContext, state: RunState, done: RunProgress) -> None:
         tp = done.targets[label]
         st.rollback_version, st.promoted_version, st.verified = (
             tp.rollback_version, tp.promoted_version, tp.verified)
-    holders = ctx.ledger.lock_holders([st.ref.display for st in state.targets.values()])
+    holders = ctx.ledger.lock_holders([delta_ops.lock_key(ctx.spark, st.ref)
+                                       for st in state.targets.values()])
     for target, holder in holders.items():
         if holder.held and holder.run_id == done.run_id:  # it died before releasing
             ctx.ledger.release_finished(target, holder)

@@ -106,7 +106,7 @@ def test_audit_section_records_heads_commits_and_the_ledger_record(done_run: Pat
     assert section["ledger_home"] == str(done_run / "_sg")
     assert len(section["chains"]["runs"]) == 64 and len(section["chains"]["slices"]) == 64
     target = str(done_run / "target" / "orders_clean")
-    assert list(section["chains"]["locks"]) == [target]
+    assert list(section["chains"]["locks"]) == [f"file:{target}"]  # the table's location
     (commit,) = section["commits"]
     assert commit["table"] == target and commit["operation"] in ("WRITE", "MERGE")
     assert '"action": "promote"' in commit["userMetadata"]
@@ -431,7 +431,7 @@ def test_lock_table_recreated_without_the_targets_events_loses_the_recorded_head
     """The evidence recorded the target's lock chain head; a lock table recreated empty (no
     rewrite in its history) holds no event of that target, and the head used to go unchecked."""
     ev, home = copied
-    target = str(done_run / "target" / "orders_clean")
+    target = f"file:{done_run / 'target' / 'orders_clean'}"  # a lock is keyed by the location
     locks = home / "ledger" / "locks"
     shutil.rmtree(locks)
     create_log_table(spark, str(locks), _SCHEMAS["locks"])

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from sparkguard.cli import main
-from tests.lakes import copy_lake, set_transform, write_plan
+from tests.lakes import copy_lake, lock_key_of, set_transform, write_plan
 from tests.plan_fixtures import plan_yaml, valid_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -220,7 +220,7 @@ def run_cases(spark: Any, base_lake: Path, work: Path) -> dict[int, list[Case]]:
     locked = copy_lake(base_lake, tmp / "locked")
     plan_l = write_plan(locked)
     Ledger(spark, str(locked / "_sparkguard")).acquire(
-        [str(locked / "target" / TARGET)], "20261201T090000Z-0ther000", "carol@example.com")
+        [lock_key_of(spark, locked / "target" / TARGET)], "20261201T090000Z-0ther000", "carol@example.com")
     out.setdefault(2, []).append(("jobs/backfill.py (target locked by another run)",
                                   job("backfill.py", "--plan", str(plan_l))))
     broken = copy_lake(base_lake, tmp / "broken")

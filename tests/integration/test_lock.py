@@ -14,7 +14,7 @@ from delta.tables import DeltaTable
 from sparkguard.cli import main
 from sparkguard.errors import EXIT_USAGE, ConcurrentRunError
 from sparkguard.ledger import Ledger, run_progress
-from tests.lakes import copy_lake, write_plan
+from tests.lakes import copy_lake, lock_key_of, write_plan
 
 pytestmark = pytest.mark.spark
 TARGET = "/lake/target/t"
@@ -85,8 +85,9 @@ def test_second_run_refused_exit_2_naming_holder_then_stale_takeover_only_with_f
     home = str(root / "_sg")
     v0 = _version(spark, target)
     other = "20261201T090000Z-0ther000"
+    key = lock_key_of(spark, target)  # the table's location, however a plan spells it
     holder = Ledger(spark, home)  # another run of another plan, alive (this process)
-    holder.acquire([str(target)], other, "carol@example.com")
+    holder.acquire([key], other, "carol@example.com")
     holder.record_run(other, "started", fingerprint="a" * 64, plan_name="other")
     capsys.readouterr()
     assert _run(plan) == EXIT_USAGE
@@ -109,9 +110,66 @@ def test_second_run_refused_exit_2_naming_holder_then_stale_takeover_only_with_f
     mine = next(p for p in led.latest_runs() if p.run_id != other)
     assert mine.state == "dry_run_passed"
     started = led.run_events(mine.run_id)[0]["details"]
-    assert started["took_over_locks_of"] == {str(target): other}
-    assert started["locks"] == {str(target): "takeover"}
-    assert led.lock_holder(str(target)) is None  # released at the end
+    assert started["took_over_locks_of"] == {key: other}
+    assert started["locks"] == {key: "takeover"}
+    assert led.lock_holder(key) is None  # released at the end
+
+
+def test_a_run_whose_lock_was_taken_over_stops_before_promoting(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """Fencing: a run slow enough to be taken over (``--takeover-stale-lock``) must not promote
+    after the takeover; the run that took the lock is the only one allowed to."""
+    from sparkguard import faults
+    from tests.failpoints import on_failpoint
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    key, taker = lock_key_of(spark, target), "20261201T090000Z-taker000"
+    v0 = _version(spark, target)
+
+    def take_over(_name: str) -> None:
+        Ledger(spark, home).acquire([key], taker, "dave@example.com", takeover=True,
+                                    stale_after_s=0)
+
+    on_failpoint(monkeypatch, faults, "mid_reconcile", take_over, times=1)
+    capsys.readouterr()
+    assert _run(plan) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "no longer holds the target's lock" in err and f"taken over by run {taker}" in err
+    assert _version(spark, target) == v0  # no promotion, no restore
+    led = Ledger(spark, home)
+    (mine,) = [p for p in led.latest_runs() if p.run_id != taker]
+    assert mine.state == "failed" and mine.targets["orders_clean"].rollback_version is None
+    holder = led.lock_holder(key)  # the stopped run's release did not free the taker's lock
+    assert holder is not None and holder.run_id == taker
+
+
+@pytest.mark.parametrize("spelling", ["catalog name", "trailing slash"])
+def test_a_run_naming_a_locked_table_another_way_is_refused(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, spelling: str) -> None:
+    """The lock is the table's, not the plan's string: a run locked the target by its path,
+    and a second plan names the same table through the catalog or with a trailing slash."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    target = root / "target" / "orders_clean"
+    alias = f"sg_lock_alias_{tmp_path.name.replace('-', '_')}"
+    spark.sql(f"CREATE TABLE {alias} USING DELTA LOCATION '{target}'")
+    try:
+        dataset = alias if spelling == "catalog name" else f"{target}/"
+        plan = write_plan(root, lambda p: (_one_slice(p), p["targets"][0].update(dataset=dataset)))
+        home = str(root / "_sg")
+        other = "20261201T090000Z-0ther000"
+        holder = Ledger(spark, home)
+        holder.acquire([lock_key_of(spark, target)], other, "carol@example.com")
+        holder.record_run(other, "started", fingerprint="a" * 64, plan_name="other")
+        v0 = _version(spark, target)
+        capsys.readouterr()
+        assert _run(plan) == EXIT_USAGE
+        assert f"locked by run {other}" in capsys.readouterr().err
+        assert [p.run_id for p in Ledger(spark, home).latest_runs()] == [other]
+        assert _version(spark, target) == v0 and not (root / "_sg" / "shadow").exists()
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {alias}")
 
 
 def test_crashed_run_of_the_same_plan_is_resumed_without_a_flag(
@@ -120,7 +178,7 @@ def test_crashed_run_of_the_same_plan_is_resumed_without_a_flag(
 
     root = copy_lake(base_lake, tmp_path / "lake")
     plan = write_plan(root, _one_slice)
-    target = str(root / "target" / "orders_clean")
+    target = lock_key_of(spark, root / "target" / "orders_clean")
     home = str(root / "_sg")
     fp = fingerprint(load_plan(plan))
     run_id = "20261201T090000Z-crash000"

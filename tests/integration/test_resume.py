@@ -21,7 +21,7 @@ from sparkguard.run.evaluator import run_backfill
 from sparkguard.run.report import RunOutcome
 from sparkguard.run.stages import RunOptions
 from tests.failpoints import Crash, dies_at, fails_once_at, on_failpoint
-from tests.lakes import WINDOW, copy_lake, write_plan
+from tests.lakes import WINDOW, copy_lake, lock_key_of, write_plan
 
 pytestmark = pytest.mark.spark
 FAIL_ON: set[str] = set()
@@ -72,7 +72,7 @@ def test_failure_on_slice_3_then_fix_and_rerun_redoes_only_the_unfinished_wave(
     assert [(s["slice_id"], s["state"]) for s in led.slice_events(prog.run_id)] == [
         (1, "reconciled")]
     assert is_paused(spark, str(target), home)  # a failed run keeps publish paused
-    assert led.lock_holder(str(target)) is None  # and released its lock
+    assert led.lock_holder(lock_key_of(spark, target)) is None  # and released its lock
     shadow = Path(home) / "shadow"
     shadow_path = next(shadow.glob("*/*/orders_clean"))
     # a half-written slice 3: junk rows in its partition, no ledger row

@@ -22,7 +22,7 @@ from sparkguard.ledger import Ledger, run_progress
 from sparkguard.publish import PublishControl, is_paused
 from sparkguard.sql import TableRef
 from tests.failpoints import Crash, at_failpoint, dies_at
-from tests.lakes import WINDOW, copy_lake, write_plan
+from tests.lakes import WINDOW, copy_lake, lock_key_of, write_plan
 
 pytestmark = pytest.mark.spark
 
@@ -182,18 +182,18 @@ def test_rollback_refused_while_a_run_holds_the_target_lock(
     the rollback goes ahead and leaves the lock free."""
     root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
     target, home = root / "target" / "orders_clean", str(root / "_sg")
-    running = Ledger(spark, home)
-    running.acquire([str(target)], "20270101T000000Z-running0", "someone-else")
+    running, key = Ledger(spark, home), lock_key_of(spark, target)
+    running.acquire([key], "20270101T000000Z-running0", "someone-else")
     n = len(_history(spark, target))
     assert _rollback(root, run_id) == 2
     err = capsys.readouterr().err
     assert "20270101T000000Z-running0" in err and "locked" in err
     assert len(_history(spark, target)) == n  # no RESTORE
     assert run_progress(Ledger(spark, home).run_events(run_id)).state == "done"
-    running.release([str(target)], "20270101T000000Z-running0")
+    running.release([key], "20270101T000000Z-running0")
     assert _rollback(root, run_id) == 0
     assert_df_equality(_read(spark, target), before, ignore_nullable=True)
-    assert Ledger(spark, home).lock_holder(str(target)) is None  # the rollback released it
+    assert Ledger(spark, home).lock_holder(key) is None  # the rollback released it
 
 
 def test_a_commit_landing_between_the_check_and_restore_refuses_the_restore(

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkguard.demo import transform_orders
-from tests.lakes import WINDOW
+from tests.lakes import WINDOW, lock_key_of
 from tests.system.harness.lakes import COLUMNS, KEY, LABEL, Lake, Row
 
 
@@ -188,6 +188,6 @@ def check_ledger(spark: SparkSession, lake: Lake) -> LedgerCheck:
             promoted[e["run_id"]] = int(e["target_version_written"])
     commits = [(v, m.get("run_id", "")) for v, m in _history(spark, lake.target)
                if m.get("action") == "promote"]
-    locks = int(Ledger(spark, lake.home).lock_holder(lake.target) is not None)
+    locks = int(Ledger(spark, lake.home).lock_holder(lock_key_of(spark, lake.target)) is not None)
     paused = PublishControl(spark, lake.home).is_paused(lake.target)
     return LedgerCheck(states, commits, promoted, locks, paused)
