@@ -41,6 +41,25 @@ def _run(spark: Any, plan: Path, lines: list[str] | None = None) -> RunOutcome:
                         out=lines.append if lines is not None else (lambda _m: None))
 
 
+def _version(spark: Any, table: Path) -> int:
+    """The newest version of the Delta table at ``table``."""
+    return int(spark.sql(f"DESCRIBE HISTORY delta.`{table}` LIMIT 1").first()["version"])
+
+
+def _approved_plan(lay: Any, root: Path) -> Path:
+    """The layout's plan at ``root/plan.yaml``, approved."""
+    import yaml
+
+    from sparkguard.approve import record_approval
+    from sparkguard.layouts import layout_plan
+
+    plan = root / "plan.yaml"
+    plan.write_text(yaml.safe_dump(layout_plan(lay, root), sort_keys=False, width=100),
+                    encoding="utf-8")
+    record_approval(plan, "data-platform-owner", "alice@example.com")
+    return plan
+
+
 def _target(spark: Any, root: Path) -> Any:
     return spark.read.format("delta").load(str(root / "target" / "events"))
 
@@ -192,7 +211,7 @@ def test_a_key_repeated_in_another_bucket_fails_the_duplicate_gate(spark: Any,
     plan.write_text(yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
     record_approval(plan, "data-platform-owner", "alice@example.com")
     tgt = root / "target" / "events"
-    before = spark.sql(f"DESCRIBE HISTORY delta.`{tgt}` LIMIT 1").first()["version"]
+    before = _version(spark, tgt)
     lines: list[str] = []
     out = _run(spark, plan, lines)
     assert out.exit_code == 1, "\n".join(lines[-30:])
@@ -201,7 +220,7 @@ def test_a_key_repeated_in_another_bucket_fails_the_duplicate_gate(spark: Any,
     failed = {g["gate"] for g in _gates(evidence) if not g.get("passed")}
     assert "duplicate_check[event_id]" in failed, failed
     assert not {"row_count_parity", "metric_reconciliation[amount_total]"} & failed, failed
-    assert spark.sql(f"DESCRIBE HISTORY delta.`{tgt}` LIMIT 1").first()["version"] == before
+    assert _version(spark, tgt) == before
 
 
 def _gates(node: Any) -> Iterator[dict[str, Any]]:
@@ -264,11 +283,9 @@ def test_generated_date_column_in_another_zone_never_leaves_window_rows_unrepair
     the backfill runs in an Asia/Kolkata session. Delta prunes the generated partitions by the
     Kolkata date of the bounds, so the window's first UTC day (20:00 to 24:00, already 03-09 in
     Kolkata) is read from neither table: the run must not end 0 with those rows still wrong."""
-    import yaml
 
-    from sparkguard.approve import record_approval
     from sparkguard.errors import GuardError
-    from sparkguard.layouts import DAY0, Layout, _append, _create, _row, layout_plan
+    from sparkguard.layouts import DAY0, Layout, _append, _create, _row
 
     at = lambda h: DAY0 + dt.timedelta(hours=h)  # noqa: E731  (DAY0: 2026-03-09 00:00 UTC)
     lay = Layout("generated_ist", at(-4), at(12),
@@ -290,12 +307,9 @@ def test_generated_date_column_in_another_zone_never_leaves_window_rows_unrepair
                     rows = [(r[0], r[1], decimal.Decimal("-1.00"), *r[3:]) if lay.start <= t < lay.end else r
                             for r, t in zip(rows, chunk, strict=True)]
                 _append(spark, lay, path, rows)
-        plan = root / "plan.yaml"
-        plan.write_text(yaml.safe_dump(layout_plan(lay, root), sort_keys=False, width=100),
-                        encoding="utf-8")
-        record_approval(plan, "data-platform-owner", "alice@example.com")
+        plan = _approved_plan(lay, root)
         tgt_path = root / "target" / "events"
-        before = spark.sql(f"DESCRIBE HISTORY delta.`{tgt_path}` LIMIT 1").first()["version"]
+        before = _version(spark, tgt_path)
         spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")
         lines: list[str] = []
         with pytest.raises(GuardError) as info:  # it used to end 0, "promoted and verified"
@@ -304,8 +318,7 @@ def test_generated_date_column_in_another_zone_never_leaves_window_rows_unrepair
         assert "4 window row(s)" in str(info.value), str(info.value)
         assert spark.conf.get("spark.sql.session.timeZone") == "Asia/Kolkata"
         spark.conf.set("spark.sql.session.timeZone", "UTC")
-        assert spark.sql(f"DESCRIBE HISTORY delta.`{tgt_path}` LIMIT 1").first()["version"] \
-            == before
+        assert _version(spark, tgt_path) == before
         # in the writers' zone the same plan repairs every window row
         out = _run(spark, plan, lines)
         assert out.exit_code == 0, "\n".join(lines[-20:])
@@ -328,11 +341,9 @@ def test_a_slice_that_reads_no_rows_in_another_zone_is_refused_before_anything_i
     on 03-09 in New York: Delta prunes it to partition 03-09 and it reads none of its rows. The
     run used to write its shadows and fail its gates (shadow 13 rows against the source's 20);
     the guard now refuses it first, naming the rows that no slice would read."""
-    import yaml
 
-    from sparkguard.approve import record_approval
     from sparkguard.errors import GuardError
-    from sparkguard.layouts import DAY0, Layout, _append, _create, _moments, _row, layout_plan
+    from sparkguard.layouts import DAY0, Layout, _append, _create, _moments, _row
 
     at = lambda h: DAY0 + dt.timedelta(hours=h)  # noqa: E731
     lay = Layout("generated_ny", at(26), at(29),
@@ -346,12 +357,9 @@ def test_a_slice_that_reads_no_rows_in_another_zone_is_refused_before_anything_i
             _create(spark, lay, root / side / "events")
             _append(spark, lay, root / side / "events",
                     [_row(lay, i, t) for i, t in enumerate(_moments(lay))])
-        plan = root / "plan.yaml"
-        plan.write_text(yaml.safe_dump(layout_plan(lay, root), sort_keys=False, width=100),
-                        encoding="utf-8")
-        record_approval(plan, "data-platform-owner", "alice@example.com")
+        plan = _approved_plan(lay, root)
         tgt = root / "target" / "events"
-        before = spark.sql(f"DESCRIBE HISTORY delta.`{tgt}` LIMIT 1").first()["version"]
+        before = _version(spark, tgt)
         spark.conf.set("spark.sql.session.timeZone", "America/New_York")
         window = (f"event_ts >= TIMESTAMP'{at(26):%Y-%m-%d %H:%M:%S}+00:00' AND "
                   f"event_ts < TIMESTAMP'{at(29):%Y-%m-%d %H:%M:%S}+00:00'")
@@ -363,7 +371,7 @@ def test_a_slice_that_reads_no_rows_in_another_zone_is_refused_before_anything_i
         lost = sum(1 for t in _moments(lay) if at(26) <= t < at(27))  # the 02:00 UTC slice
         assert "window_zone_dependent" in msg and f"so {lost} window row(s)" in msg, msg
         assert "2026-03-10T02" in msg, msg
-        assert spark.sql(f"DESCRIBE HISTORY delta.`{tgt}` LIMIT 1").first()["version"] == before
+        assert _version(spark, tgt) == before
         assert not (root / "_sg" / "shadow").exists()
     finally:
         spark.conf.set("spark.sql.session.timeZone", old)
