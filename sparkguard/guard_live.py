@@ -201,7 +201,7 @@ class _Live:
                                  f"use one of {sorted(names)[:20]}")
         detail = delta_ops.detail(self.spark, ref).select(
             "location", "partitionColumns", "properties", "numFiles", "sizeInBytes").first()
-        location = str(detail["location"] or "").rstrip("/") if detail is not None else ""
+        location = delta_ops.location_key(detail["location"] if detail is not None else None)
         if location in self.locations:
             self.add("targets_same_table", f"{path}.dataset",
                      f"target {ref.display!r} is the table of {self.locations[location]} "

@@ -48,6 +48,7 @@ from sparkguard.delta_ops.sessions import isolated_session
 from sparkguard.delta_ops.tables import (
     delta_log_exists,
     detail,
+    location_key,
     lock_key,
     read_table,
     read_version,
@@ -82,6 +83,7 @@ __all__ = [
     "isolated_session",
     "listed_commits",
     "literal_frame",
+    "location_key",
     "lock_key",
     "missing_files_for_version",
     "post_commit_failed",

@@ -11,8 +11,8 @@ from sparkguard import compat
 from sparkguard.delta_ops.conflicts import error_condition
 from sparkguard.sql import TableRef, describe_detail_statement
 
-__all__ = ["delta_log_exists", "delta_table", "detail", "lock_key", "read_table", "read_version",
-           "retention_properties", "table_exists"]
+__all__ = ["delta_log_exists", "delta_table", "detail", "location_key", "lock_key", "read_table",
+           "read_version", "retention_properties", "table_exists"]
 
 
 def table_exists(spark: SparkSession, ref: TableRef) -> bool:
@@ -120,8 +120,12 @@ def lock_key(spark: SparkSession, ref: TableRef) -> str:
         row = detail(spark, ref).select("location").first()
     except AnalysisException:
         return ref.display
-    location = str(row["location"] or "") if row is not None else ""
-    return location.rstrip("/") or ref.display
+    return location_key(row["location"] if row is not None else None) or ref.display
+
+
+def location_key(location: object) -> str:
+    """A ``DESCRIBE DETAIL`` location as one table's key ("" when there is none)."""
+    return str(location or "").rstrip("/")
 
 
 def retention_properties(spark: SparkSession, ref: TableRef) -> dict[str, str]:

@@ -127,8 +127,7 @@ class RunState:
     resumed: RunProgress | None = None
     holds_locks: bool = False
     publish_paused: bool = False  # this run's publish hold is set
-    locked: list[str] = field(default_factory=list)  # lock keys held (delta_ops.lock_key)
-    lock_keys: dict[str, str] = field(default_factory=dict)  # label -> lock key
+    lock_keys: dict[str, str] = field(default_factory=dict)  # label -> delta_ops.lock_key
     done: dict[str, set[str]] = field(default_factory=dict)  # label -> partitions reconciled
     proof_done: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> slice event
     ledger_facts: dict[str, Any] = field(default_factory=dict)
@@ -136,6 +135,11 @@ class RunState:
     work_s: float = 0.0  # seconds spent writing and reconciling slices
     work_rows: int = 0  # source rows those seconds covered
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def locked(self) -> list[str]:
+        """The lock keys this run holds."""
+        return sorted(set(self.lock_keys.values())) if self.holds_locks else []
 
     @property
     def resumed_state(self) -> str | None:

@@ -45,8 +45,7 @@ def _still_locked(ctx: RunContext, state: RunState, st: TargetState) -> None:
     """Fence: promote only while this process's lock event is still the target's newest. A run
     outliving the stale-lock timeout can be taken over (``--takeover-stale-lock``); the run
     that took the lock over is then the only one allowed to promote."""
-    key = state.lock_keys.get(st.spec.label, st.ref.display)
-    holder = ctx.ledger.lock_holder(key)
+    holder = ctx.ledger.lock_holder(state.lock_keys[st.spec.label])
     if holder is None or holder.token != ctx.ledger.token:
         raise ConcurrentRunError(
             f"{st.spec.label}: this run no longer holds the target's lock ("

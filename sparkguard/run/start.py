@@ -50,6 +50,9 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState, again: bool = Fals
     ctx.ledger.ensure()
     state.history = hist = ctx.ledger.load(ctx.fingerprint)
     runs = hist.progress()
+    if not state.lock_keys:  # the table's location, however the plan spells it
+        state.lock_keys = {label: delta_ops.lock_key(ctx.spark, st.ref)
+                           for label, st in state.targets.items()}
     if runs and runs[0].state == "done" and not ctx.options.dry_run:
         _already_done(ctx, state, runs[0])
     prev = hist.resumable()
@@ -65,20 +68,18 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState, again: bool = Fals
             "re-run without --dry-run to finish it before a dry run")
     state.run_id = prev.run_id if prev is not None else new_run_id()
     job(ctx, state, f"run {state.run_id}: lock targets, pin the source version, record the run")
-    state.lock_keys = {label: delta_ops.lock_key(ctx.spark, st.ref)
-                       for label, st in state.targets.items()}
     keys = sorted(set(state.lock_keys.values()))  # the guard refused two targets in one
     decisions = ctx.ledger.acquire(keys, state.run_id, ctx.plan.owner,
                                    takeover=ctx.options.takeover_stale_lock,
                                    stale_after_s=ctx.options.stale_lock_after_s)
-    state.locked, state.holds_locks = keys, True
+    state.holds_locks = True
     took_over = {t: h.run_id for t, (what, h) in decisions.items()
                  if what == "takeover" and h is not None}
     if prev is not None and _moved_on(ctx, hist, prev):
         # The run was live when the ledger was read and finished (or stopped) before the lock
         # was free: resuming it from that read would redo or undo its steps. Read again.
         ctx.ledger.release(keys, state.run_id)
-        state.locked, state.holds_locks = [], False
+        state.holds_locks = False
         if again:
             raise ConcurrentRunError(
                 f"run {prev.run_id} of this plan keeps moving on while this run reads the "
@@ -159,8 +160,7 @@ def _already_done(ctx: RunContext, state: RunState, done: RunProgress) -> None:
         tp = done.targets[label]
         st.rollback_version, st.promoted_version, st.verified = (
             tp.rollback_version, tp.promoted_version, tp.verified)
-    holders = ctx.ledger.lock_holders([delta_ops.lock_key(ctx.spark, st.ref)
-                                       for st in state.targets.values()])
+    holders = ctx.ledger.lock_holders(list(state.lock_keys.values()))
     for target, holder in holders.items():
         if holder.held and holder.run_id == done.run_id:  # it died before releasing
             ctx.ledger.release_finished(target, holder)
