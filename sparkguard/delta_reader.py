@@ -59,21 +59,25 @@ def _pyspark_datetime(micros: int | None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(micros // 1_000_000).replace(microsecond=micros % 1_000_000)
 
 
-def fold_publish_statuses(latest: Iterable[dict[str, Any]], targets: Sequence[str] | None
+def fold_publish_statuses(latest: Iterable[dict[str, Any]], targets: Sequence[str] | None,
+                          keys: Mapping[str, Iterable[str]] | None = None
                           ) -> dict[str, PublishStatus]:
-    """Publish state per target from the newest event of each (target, hold): paused while any
-    hold is set; ``last_change`` the newest event of the target. Targets asked for and never
-    paused are open."""
-    from sparkguard.publish import PublishStatus
+    """Publish state per target from the newest event of each (name, hold), as
+    :func:`sparkguard.publish.fold_statuses` folds it: paused while any hold on the target's
+    table is set, under its name or another name whose events recorded one of its locations;
+    ``last_change`` the newest event of those names. Targets asked for and never paused are
+    open."""
+    from sparkguard.publish import fold_statuses
 
-    by_target: dict[str, list[dict[str, Any]]] = {}
+    latest = list(latest)
+    last: dict[str, dict[str, Any]] = {}
     for row in latest:
-        by_target.setdefault(row["target"], []).append(row)
-    out = {t: PublishStatus(t, False, (), None) for t in targets or []}
-    for t, rows in by_target.items():
-        holds = tuple(sorted((h for h in rows if h["paused"]), key=lambda h: h["at"]))
-        out[t] = PublishStatus(t, bool(holds), holds, max(r["at"] for r in rows))
-    return out
+        x = last.setdefault(row["target"], {"target": row["target"], "at": row["at"],
+                                             "locations": set()})
+        x["at"] = max(x["at"], row["at"])
+        if row.get("location"):
+            x["locations"].add(row["location"])
+    return fold_statuses([r for r in latest if r["paused"]], last.values(), targets, keys)
 
 
 class DeltaRsReader:
@@ -207,9 +211,17 @@ class DeltaRsReader:
     def publish_statuses(self, targets: Sequence[str] | None = None
                          ) -> dict[str, PublishStatus]:
         """Publish state of each target (every target ever paused when ``targets`` is None)."""
-        latest = self._query("publish", _in("target", targets), latest_by='"target", "hold"',
-                             order="target")
-        return fold_publish_statuses(latest, targets)
+        keys = {t: _path_keys(t) for t in targets or ()}
+        where = _in("target", targets)
+        table = self._table("publish")
+        if targets is not None and table is not None and "location" in {
+                f.name for f in table.schema().fields}:
+            found = sorted({k for ks in keys.values() for k in ks})
+            where = " OR ".join([f"({where})", *([f"({_in('location', found)})"] if found else []),
+                                 f'"location" IN (SELECT "location" FROM t WHERE ({where}) '
+                                 'AND "location" IS NOT NULL)'])
+        latest = self._query("publish", where, latest_by='"target", "hold"', order="target")
+        return fold_publish_statuses(latest, targets, keys)
 
     def rows(self, name: str, column: str | None = None,
              values: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -265,6 +277,18 @@ def _add_actions(table: Any) -> dict[str, list[Any]]:
                           // dt.timedelta(microseconds=1) for v in values]
             out[key] = values
     return out
+
+
+def _path_keys(target: str) -> set[str]:
+    """The location a table at this path has (none for a catalog name: only Spark resolves it;
+    a name no sparkguard table can hold matches nothing but itself)."""
+    from sparkguard.sql import TableRef, UnsafeSQLError
+
+    try:
+        location = TableRef.parse(target).path_location
+    except UnsafeSQLError:
+        return set()
+    return {location} if location else set()
 
 
 def _in(column: str, values: Sequence[str] | None) -> str:

@@ -76,6 +76,9 @@ CLOCK = MonotonicClock()
 # per run; lock and publish-control events chain per target.
 AUDIT_JSON: dict[str, tuple[str, ...]] = {"runs": ("details",), "slices": ("gates",),
                                          "locks": (), "evidence": ("leaves",), "publish": ()}
+# Columns added to a table after its rows were first hashed: a row where one is null was
+# written without it (or with nothing to say there) and its hash covers the row without it.
+LATER_COLUMNS = {"publish": ("location",)}
 CHAIN_ORDER = {"runs": "at", "slices": "at", "locks": "generation", "evidence": "at",
                "publish": "at"}
 
@@ -87,7 +90,7 @@ def audit_body(table: str, row: dict[str, Any], *, raw_json: bool = False) -> di
     holds them as the JSON text written)."""
     out: dict[str, Any] = {}
     for k, v in row.items():
-        if k in audit.HASH_FIELDS:
+        if k in audit.HASH_FIELDS or (v is None and k in LATER_COLUMNS.get(table, ())):
             continue
         if isinstance(v, dt.datetime):
             v = v.astimezone(dt.UTC)

@@ -6,7 +6,9 @@ sets or clears one *hold* on one target: a run holds its targets under its run i
 operator under ``manual``. A target is paused while any hold on it is set, so a backfill
 reopening publish never overrides an operator's pause. A run that finishes clears its own hold
 and those left by earlier runs of the target (failed or dead; its lock proves they are not
-active); an operator's ``resume`` clears every hold. Downstream jobs make one call,
+active); an operator's ``resume`` clears every hold. Each event also records the target's
+storage location, so one table named two ways (``main.sales.orders`` in one plan, its path in
+another, or in the downstream job's check) has one publish state. Downstream jobs make one call,
 :func:`is_paused`, or query the view from :func:`register_view` / the SQL of
 :func:`status_sql` (see ``docs/publish-control.md``).
 """
@@ -15,20 +17,20 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkguard.ledger_model import CLOCK
-from sparkguard.sql import IDENTIFIER_RE, TableRef, quote_identifier
+from sparkguard.sql import IDENTIFIER_RE, TableRef, UnsafeSQLError, quote_identifier
 
 # No pyspark at import: downstream jobs import this module for :func:`is_paused` with only
 # ``deltalake`` installed. The Spark side imports it where it runs.
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["MANUAL_HOLD", "PublishControl", "PublishStatus", "is_paused", "register_view",
-           "status_sql"]
+__all__ = ["MANUAL_HOLD", "PublishControl", "PublishStatus", "fold_statuses", "is_paused",
+           "register_view", "status_sql"]
 
 MANUAL_HOLD = "manual"
 # Audit chain (sparkguard/audit.py): every control event carries ``event_hash`` and ``prev_hash``,
@@ -48,6 +50,9 @@ def _schema() -> Any:
         T.StructField("run_id", T.StringType(), True),
         T.StructField("actor", T.StringType(), True),
         T.StructField("reason", T.StringType(), True),
+        # the target's storage location (DESCRIBE DETAIL); null on rows written before it was
+        # recorded, which match by their spelling only
+        T.StructField("location", T.StringType(), True),
     ])
 
 
@@ -73,23 +78,67 @@ class PublishStatus:
             since = f" since {self.last_change:%Y-%m-%d %H:%M:%S} UTC" if self.last_change else ""
             return f"{self.target}: open{since}"
         held = "; ".join(f"{h['hold']} by {h.get('actor') or '?'} at {h['at']:%Y-%m-%d %H:%M:%S}"
-                         f" UTC ({h.get('reason') or 'no reason given'})" for h in self.holds)
+                         f" UTC ({h.get('reason') or 'no reason given'})"
+                         + (f" as {h['target']}" if h.get("target", self.target) != self.target
+                            else "") for h in self.holds)
         return f"{self.target}: PAUSED ({held})"
 
 
-def status_sql(home: str) -> str:
+def status_sql(home: str, *, with_location: bool = True) -> str:
     """SQL giving ``target, paused, holds, last_change`` per target from the control table.
 
-    For SQL-only downstream jobs and for ``CREATE VIEW ... AS <this>`` in a catalog.
+    For SQL-only downstream jobs and for ``CREATE VIEW ... AS <this>`` in a catalog. A target
+    is paused while a hold is set on it or on another name of the same table (a catalog name
+    and a path whose events recorded one location). ``with_location=False`` is for a control
+    table no event of this version has written yet (it lacks the ``location`` column).
     """
     path = f"{home.rstrip('/')}/control/publish"
     TableRef.parse(path)  # refuses quotes, backquotes and control characters
+    location = "location" if with_location else "CAST(NULL AS STRING)"
     return (
-        "SELECT target, max(paused) AS paused, "
-        "collect_list(CASE WHEN paused THEN hold END) AS holds, max(at) AS last_change "
-        "FROM (SELECT target, hold, paused, at, row_number() OVER "
-        "(PARTITION BY target, hold ORDER BY at DESC) AS rn "
-        f"FROM delta.`{path}`) WHERE rn = 1 GROUP BY target")
+        f"WITH e AS (SELECT target, hold, paused, at, {location} AS location "
+        f"FROM delta.`{path}`), "
+        "held AS (SELECT target, hold, location FROM (SELECT *, row_number() OVER "
+        "(PARTITION BY target, hold ORDER BY at DESC) AS rn FROM e) AS r "
+        "WHERE rn = 1 AND paused), "
+        "links AS (SELECT DISTINCT target, location FROM e WHERE location IS NOT NULL), "
+        "matched AS (SELECT target, hold FROM held UNION "
+        "SELECT l.target, h.hold FROM links l JOIN held h ON h.location = l.location), "
+        "peers AS (SELECT DISTINCT target, target AS peer FROM e UNION "
+        "SELECT a.target, b.target FROM links a JOIN links b ON a.location = b.location), "
+        "changes AS (SELECT target, max(at) AS at FROM e GROUP BY target), "
+        "last AS (SELECT p.target, max(c.at) AS last_change FROM peers p "
+        "JOIN changes c ON c.target = p.peer GROUP BY p.target) "
+        "SELECT l.target, count(m.hold) > 0 AS paused, collect_list(m.hold) AS holds, "
+        "l.last_change FROM last l LEFT JOIN matched m ON m.target = l.target "
+        "GROUP BY l.target, l.last_change")
+
+
+def fold_statuses(held: Iterable[Mapping[str, Any]], last: Iterable[Mapping[str, Any]],
+                  targets: Sequence[str] | None,
+                  keys: Mapping[str, Iterable[str]] | None = None) -> dict[str, PublishStatus]:
+    """Publish state per target from the holds still set (``held``: their newest event, with
+    ``target`` and ``location``) and one summary per name in the table (``last``: ``target``,
+    ``at`` its newest event, ``locations`` its events recorded). A hold counts for target T
+    when it was set under T or under any name whose event recorded a location of T: one of
+    ``keys[T]`` (where T is stored, as resolved by the caller) or one T's own events recorded.
+    Targets asked for and never paused are open; ``targets`` None: every name in the table."""
+    held, last = list(held), list(last)
+    recorded: dict[str, set[str]] = {}
+    for x in last:
+        recorded.setdefault(x["target"], set()).update(
+            loc for loc in x.get("locations") or () if loc)
+    names = list(targets) if targets is not None else sorted(recorded)
+    out: dict[str, PublishStatus] = {}
+    for t in names:
+        same = recorded.get(t, set()) | {k for k in (keys or {}).get(t, ()) if k}
+        holds = tuple(sorted((dict(h) for h in held
+                              if h["target"] == t or h.get("location") in same),
+                             key=lambda h: (h["at"], h["target"], h["hold"])))
+        changed = [x["at"] for x in last
+                   if x["target"] == t or same & set(x.get("locations") or ())]
+        out[t] = PublishStatus(t, bool(holds), holds, max(changed, default=None))
+    return out
 
 
 class PublishControl:
@@ -105,7 +154,33 @@ class PublishControl:
         assert self.ref.path is not None
         return self.ref.path
 
-    def _events(self, targets: Sequence[str] | None = None) -> DataFrame | None:
+    def _resolve(self, targets: Sequence[str]) -> dict[str, tuple[str, frozenset[str]]]:
+        """Each target's location to record and the keys naming its table: the location
+        ``DESCRIBE DETAIL`` gives (the lock key) and, for a path, that path's location form. A
+        target that cannot be described (missing, or not a table name) is recorded as its path's
+        location form, else as written."""
+        from sparkguard.delta_ops import lock_key
+
+        out: dict[str, tuple[str, frozenset[str]]] = {}
+        for t in dict.fromkeys(targets):
+            try:
+                ref = TableRef.parse(t)
+            except UnsafeSQLError:
+                out[t] = (t, frozenset())
+                continue
+            spelled = ref.path_location
+            try:
+                key = lock_key(self.spark, ref)
+            except Exception:  # no file system for its scheme here, say: the spelling still
+                key = ref.display  # names the table, and a pause must not fail on it
+            location = spelled if key == ref.display and spelled else key
+            out[t] = (location, frozenset(k for k in (key, spelled) if k))
+        return out
+
+    def _events(self, targets: Sequence[str] | None,
+                keys: Mapping[str, Iterable[str]] | None = None) -> DataFrame | None:
+        """The control events (every one, or those of the targets' tables: set under their
+        names, under their keys, or under a location one of their own events recorded)."""
         from pyspark.sql import functions as F
 
         from sparkguard.delta_ops import delta_log_exists
@@ -113,7 +188,19 @@ class PublishControl:
         if not delta_log_exists(self.spark, self.path):
             return None
         df = self.spark.read.format("delta").load(self.path)
-        return df.filter(F.col("target").isin(list(targets))) if targets is not None else df
+        if "location" not in df.columns:  # written before locations were recorded
+            df = df.withColumn("location", F.lit(None).cast("string"))
+        if targets is None:
+            return df
+        named = F.col("target").isin(list(targets))
+        found = sorted({k for ks in (keys or {}).values() for k in ks})
+        recorded = (df.filter(named & F.col("location").isNotNull()).select("location")
+                    .distinct().withColumn("_recorded", F.lit(True)))
+        same = named | F.col("_recorded").isNotNull()
+        if found:
+            same = same | F.col("location").isin(found)
+        return (df.join(F.broadcast(recorded), "location", "left").filter(same)
+                .select(*df.columns))
 
     def _append(self, rows: list[tuple[Any, ...]],
                 heads: dict[str, str | None] | None = None) -> None:
@@ -148,85 +235,109 @@ class PublishControl:
         return CLOCK.now()
 
     def _heads(self, targets: Sequence[str]) -> dict[str, str | None]:
-        """Each target's newest event hash (its publish chain head): one aggregation in Spark,
-        one row per target to the driver."""
-        return self._statuses_and_heads(targets)[1]
+        """Each target's newest event hash (its publish chain head, over every event written
+        under that name): one aggregation in Spark, one row per target to the driver."""
+        from pyspark.sql import functions as F
+
+        df = self._events(None)
+        if df is None:
+            return {}
+        df = df.filter(F.col("target").isin(list(targets)))
+        return {r["target"]: r["_head"] for r in _current(df).collect() if r["hold"] is None}
+
+    def _append_clearing(self, targets: Sequence[str], rows: list[tuple[Any, ...]],
+                         heads: dict[str, str | None]) -> None:
+        """Append events clearing holds; those set under other names than ``targets`` chain
+        to those names' heads, read over all their events."""
+        others = sorted({r[0] for r in rows} - set(targets))
+        self._append(rows, {**heads, **self._heads(others)} if others else heads)
 
     def pause(self, targets: Sequence[str], *, run_id: str | None = None,
               actor: str | None = None, reason: str | None = None) -> None:
         """Set the hold of ``run_id`` (or the manual hold) on every target, in one append."""
-        now, hold = self._now(), run_id or MANUAL_HOLD
-        self._append([(t, hold, True, now, run_id, actor, reason) for t in targets])
+        now, hold, where = self._now(), run_id or MANUAL_HOLD, self._resolve(targets)
+        self._append([(t, hold, True, now, run_id, actor, reason, where[t][0]) for t in targets])
 
     def release(self, targets: Sequence[str], run_id: str, *, actor: str | None = None,
                 reason: str | None = None) -> None:
         """Clear only ``run_id``'s hold on every target (other holds stay), in one append."""
-        now = self._now()
-        self._append([(t, run_id, False, now, run_id, actor, reason) for t in targets])
+        now, where = self._now(), self._resolve(targets)
+        self._append([(t, run_id, False, now, run_id, actor, reason, where[t][0])
+                      for t in targets])
 
     def finish(self, targets: Sequence[str], run_id: str, *, actor: str | None = None,
                reason: str | None = None) -> dict[str, PublishStatus]:
         """A run that holds the targets' locks finished: clear its hold and the holds other
-        runs left behind (they ended or died: the lock says no other run is active); manual
-        holds stay. One read and one append; returns the state after."""
-        before, heads = self._statuses_and_heads(targets)
+        runs left behind on the same tables, under whichever name they were set (those runs
+        ended or died: the lock says no other run is active); manual holds stay. One read and
+        one append; returns the state after."""
+        where = self._resolve(targets)
+        before, heads = self._statuses_and_heads(targets, where)
         now = self._now()
-        rows: list[tuple[Any, ...]] = []
+        rows: dict[tuple[str, str], tuple[Any, ...]] = {}
         after: dict[str, PublishStatus] = {}
         for t in targets:
-            stale = [h for h in before[t].holds if h["hold"] not in (MANUAL_HOLD, run_id)]
-            rows.append((t, run_id, False, now, run_id, actor, reason))
-            rows += [(t, h["hold"], False, now, h.get("run_id"), actor,
-                      f"cleared by run {run_id}: {reason or ''}".strip()) for h in stale]
+            rows[(t, run_id)] = (t, run_id, False, now, run_id, actor, reason, where[t][0])
+            for h in before[t].holds:
+                if h["hold"] not in (MANUAL_HOLD, run_id):
+                    rows.setdefault((h["target"], h["hold"]), (
+                        h["target"], h["hold"], False, now, h.get("run_id"), actor,
+                        f"cleared by run {run_id}: {reason or ''}".strip(),
+                        h.get("location") or where[t][0]))
             manual = tuple(h for h in before[t].holds if h["hold"] == MANUAL_HOLD)
             after[t] = PublishStatus(t, bool(manual), manual, now)
-        self._append(rows, heads)
+        self._append_clearing(targets, list(rows.values()), heads)
         return after
 
     def resume(self, targets: Sequence[str], *, actor: str | None = None,
                reason: str | None = None) -> list[str]:
-        """Operator's reopen: clear every set hold on the targets; returns the holds cleared."""
-        before, heads = self._statuses_and_heads(targets)
+        """Operator's reopen: clear every set hold on the targets' tables, under whichever name
+        it was set; returns the holds cleared."""
+        where = self._resolve(targets)
+        before, heads = self._statuses_and_heads(targets, where)
         now = self._now()
-        rows, cleared = [], []
+        rows: dict[tuple[str, str], tuple[Any, ...]] = {}
+        cleared = []
         for t in targets:
-            st = before[t]
-            for h in st.holds:
-                rows.append((t, h["hold"], False, now, h.get("run_id"), actor, reason))
-                cleared.append(f"{t}: {h['hold']}")
-            if not st.holds:  # record the operator's decision even when already open
-                rows.append((t, MANUAL_HOLD, False, now, None, actor, reason))
-        self._append(rows, heads)
+            for h in before[t].holds:
+                if (h["target"], h["hold"]) not in rows:
+                    cleared.append(f"{h['target']}: {h['hold']}")
+                rows[(h["target"], h["hold"])] = (h["target"], h["hold"], False, now,
+                                                  h.get("run_id"), actor, reason,
+                                                  h.get("location") or where[t][0])
+            if not before[t].holds:  # record the operator's decision even when already open
+                rows.setdefault((t, MANUAL_HOLD), (t, MANUAL_HOLD, False, now, None, actor,
+                                                   reason, where[t][0]))
+        self._append_clearing(targets, list(rows.values()), heads)
         return cleared
 
     def statuses(self, targets: Sequence[str] | None = None) -> dict[str, PublishStatus]:
-        """State of each target (every target in the table when ``targets`` is None).
+        """State of each target (every name in the table when ``targets`` is None), counting
+        the holds set under any name of the same table.
 
         The newest event of each (target, hold) is chosen in Spark; only the holds still set and
-        one row per target (its last change) reach the driver, at any table size.
+        one row per name (its last change and locations) reach the driver, at any table size.
         """
-        return self._statuses_and_heads(targets)[0]
+        where = self._resolve(targets) if targets is not None else None
+        return self._statuses_and_heads(targets, where)[0]
 
-    def _statuses_and_heads(self, targets: Sequence[str] | None
+    def _statuses_and_heads(self, targets: Sequence[str] | None,
+                            where: Mapping[str, tuple[str, frozenset[str]]] | None
                             ) -> tuple[dict[str, PublishStatus], dict[str, str | None]]:
-        """:meth:`statuses` and each target's publish chain head, from one read."""
-        df = self._events(targets)
+        """:meth:`statuses` and each name's publish chain head, from one read."""
+        keys = {t: w[1] for t, w in (where or {}).items()}
+        df = self._events(targets, keys)
         rows = [] if df is None else [r.asDict() for r in _current(df).collect()]
         heads: dict[str, str | None] = {}
-        set_holds: dict[str, list[dict[str, Any]]] = {}
-        changed: dict[str, dt.datetime] = {}
+        held, last = [], []
         for r in rows:
-            head = r.pop("_head")
+            head, locations = r.pop("_head"), r.pop("_locations")
             if r["hold"] is None:
-                changed[r["target"]] = r["at"]
                 heads[r["target"]] = head
+                last.append({"target": r["target"], "at": r["at"], "locations": locations})
             else:
-                set_holds.setdefault(r["target"], []).append(r)
-        out = {t: PublishStatus(t, False, (), None) for t in targets or []}
-        for t in set(changed) | set(set_holds):
-            holds = tuple(sorted(set_holds.get(t, []), key=lambda h: h["at"]))
-            out[t] = PublishStatus(t, bool(holds), holds, changed.get(t))
-        return out, heads
+                held.append(r)
+        return fold_statuses(held, last, targets, keys), heads
 
     def status(self, target: str) -> PublishStatus:
         return self.statuses([target])[target]
@@ -238,21 +349,27 @@ class PublishControl:
 
 def _current(events: DataFrame) -> DataFrame:
     """From the control events: one row per hold still set (newest event of its (target, hold)
-    pauses) and one row per target with ``hold`` null, ``at`` its last change and ``_head`` the
-    hash of its newest event (null on the hold rows, and for tables written before auditing)."""
+    pauses) and one row per target with ``hold`` null, ``at`` its last change, ``_head`` the
+    hash of its newest event (null on the hold rows, and for tables written before auditing)
+    and ``_locations`` the locations its events recorded."""
     from pyspark.sql import functions as F
 
     names = _schema().names
     newest = events.groupBy("target", "hold").agg(
         F.max_by(F.struct(*[F.col(c) for c in names]), F.col("at")).alias("_row"))
     held = newest.select(*[F.col("_row")[c].alias(c) for c in names],
-                         F.lit(None).cast("string").alias("_head")).filter(F.col("paused"))
+                         F.lit(None).cast("string").alias("_head"),
+                         F.lit(None).cast("array<string>").alias("_locations")
+                         ).filter(F.col("paused"))
     head = (F.max_by("event_hash", "at") if "event_hash" in events.columns
             else F.lit(None).cast("string"))
-    last = events.groupBy("target").agg(F.max("at").alias("at"), head.alias("_head")).select(
+    last = events.groupBy("target").agg(
+        F.max("at").alias("at"), head.alias("_head"),
+        F.collect_set("location").alias("_locations")).select(
         "target", F.lit(None).cast("string").alias("hold"), F.lit(None).cast("boolean")
         .alias("paused"), "at", *[F.lit(None).cast("string").alias(c)
-                                  for c in ("run_id", "actor", "reason")], "_head")
+                                  for c in ("run_id", "actor", "reason", "location")],
+        "_head", "_locations")
     return held.unionByName(last)
 
 
@@ -264,7 +381,8 @@ def is_paused(home_or_spark: str | os.PathLike[str] | SparkSession, /, target: s
     ``is_paused(home, target)`` reads the control table with delta-rs (``deltalake``): no
     Spark, no JVM. ``home`` is sparkguard's home (a local path or an ``s3://``, ``gs://``,
     ``abfss://``... URI; credentials from the environment or ``storage_options``); ``target``
-    is the dataset exactly as the backfill plan names it. Raises
+    is the dataset as the backfill plan names it or a path of the same table (a catalog name
+    the plan did not use needs Spark; see ``docs/publish-control.md``). Raises
     :class:`sparkguard.state_read.FastReadUnavailable` when delta-rs cannot read the table (it
     never answers "open" then).
 
@@ -290,7 +408,8 @@ def register_view(spark: SparkSession, home: str, name: str = "sparkguard_publis
 
     control = PublishControl(spark, home)
     if delta_log_exists(spark, control.path):
-        spark.sql(status_sql(home)).createOrReplaceTempView(name)
+        with_location = "location" in spark.read.format("delta").load(control.path).columns
+        spark.sql(status_sql(home, with_location=with_location)).createOrReplaceTempView(name)
     else:  # nothing ever paused: an empty view of the same shape
         spark.sql("SELECT CAST(NULL AS STRING) AS target, false AS paused, "
                   "array(CAST(NULL AS STRING)) AS holds, CAST(NULL AS TIMESTAMP) AS last_change "

@@ -7,6 +7,8 @@ and tested for its exact text.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import posixpath
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -127,6 +129,19 @@ class TableRef:
     @property
     def display(self) -> str:
         return self.path if self.path is not None else str(self.name)
+
+    @property
+    def path_location(self) -> str | None:
+        """The location ``DESCRIBE DETAIL`` reports for a table at this path, worked out
+        without reading anything (``/a/b/`` and ``file:///a/b`` are ``file:/a/b``); None for a
+        catalog name, whose location only the catalog knows."""
+        if self.path is None:
+            return None
+        parts = urlsplit(self.path)
+        if parts.scheme in ("", "file"):
+            local = parts.path if parts.scheme else self.path
+            return "file:" + posixpath.normpath(posixpath.join(os.getcwd(), local))
+        return self.path.rstrip("/")
 
     def __str__(self) -> str:
         return self.display

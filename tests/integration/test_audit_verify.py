@@ -346,12 +346,15 @@ def test_publish_control_written_before_auditing_keeps_working(
     delta-rs and Spark."""
     import datetime as dt
 
+    from pyspark.sql.types import StructType
+
     from sparkguard.publish import PublishControl, _schema, is_paused
 
     home = tmp_path / "_sg"
     control = home / "control" / "publish"
-    create_log_table(spark, str(control), _schema())
-    append_rows(spark, str(control), _schema(),
+    first = StructType(_schema().fields[:7])  # the first control table: no hashes, no location
+    create_log_table(spark, str(control), first)
+    append_rows(spark, str(control), first,
                 [("t1", "manual", True, dt.datetime(2024, 1, 1), None, "ops", "old pause")])
     assert is_paused(str(home), "t1") and is_paused(spark, "t1", str(home))
     ctl = PublishControl(spark, str(home))
@@ -373,6 +376,48 @@ def test_publish_control_written_before_auditing_keeps_working(
     assert code == 0, lines
     assert [x.split()[1:3] for x in lines if x.startswith("INFO unchained")] == [
         ["unchained", "publish[target"]], lines
+
+
+def test_chained_control_table_without_locations_stays_intact_as_locations_are_added(
+        spark: Any, tmp_path: Path, capsys: Any) -> None:
+    """A control table written with hashes but before events recorded the table's location: the
+    next event adds the column, the old rows (null there) still verify against the hashes they
+    were written with, and a hold set under a path is seen through the catalog name of the same
+    table from then on."""
+    import datetime as dt
+
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from sparkguard.ledger_model import chained_hash
+    from sparkguard.publish import PublishControl, _schema, is_paused
+
+    table = tmp_path / "orders"
+    spark.range(3).write.format("delta").save(str(table))
+    spark.sql(f"CREATE TABLE sg_named_orders USING DELTA LOCATION '{table}'")
+    try:
+        home = tmp_path / "_sg"
+        control = home / "control" / "publish"
+        names = _schema().names[:7]
+        before = StructType([*_schema().fields[:7],
+                             *[StructField(n, StringType(), True) for n in ("event_hash",
+                                                                            "prev_hash")]])
+        rows, prev = [], None
+        for i, (hold, paused) in enumerate((("old-run", True), ("old-run", False))):
+            row = (str(table), hold, paused, dt.datetime(2024, 1, 1, 0, 0, i), hold, "ops", "r")
+            h = chained_hash("publish", dict(zip(names, row, strict=True)), prev)
+            rows.append((*row, h, prev))
+            prev = h
+        create_log_table(spark, str(control), before)
+        append_rows(spark, str(control), before, rows)
+        PublishControl(spark, str(home)).pause([str(table)], run_id="new-run", actor="ops")
+        assert "location" in spark.read.format("delta").load(str(control)).columns
+        for named in (str(table), f"{table}/", "sg_named_orders"):
+            assert is_paused(spark, named, str(home)), named
+        assert is_paused(str(home), f"file://{table}")  # delta-rs: the path's location form
+        code, lines = _verify(capsys, "--all", "--home", str(home))
+        assert code == 0 and _tampers(lines) == [], lines
+    finally:
+        spark.sql("DROP TABLE IF EXISTS sg_named_orders")
 
 
 def test_usage_errors_exit_2(tmp_path: Path, capsys: Any) -> None:

@@ -72,6 +72,50 @@ def test_view_and_sql_for_downstream_jobs(spark: Any, lake: Path) -> None:
         register_view(spark, home, "bad name; DROP")
 
 
+def test_one_table_named_two_ways_has_one_publish_state(
+        spark: Any, tmp_path: Path, capsys: Any) -> None:
+    """A hold set under a catalog name pauses the table's path too (and the other way), for
+    Spark, delta-rs and the view; a run finishing under one name clears what dead runs left
+    under the other; an operator's resume under either name reopens both; chains verify."""
+    table = tmp_path / "orders"
+    spark.range(3).write.format("delta").save(str(table))
+    name, path, home = "sg_pub_orders", str(table), str(tmp_path / "_sg")
+    spark.sql(f"CREATE TABLE {name} USING DELTA LOCATION '{path}'")
+    try:
+        ctl = PublishControl(spark, home)
+        ctl.pause([name], run_id="dead-run", actor="alice", reason="backfill by name")
+        for spelled in (name, path, f"{path}/", f"file://{path}"):
+            assert is_paused(spark, spelled, home), spelled
+        for spelled in (name, path, f"{path}/", f"file://{path}"):  # delta-rs: no catalog
+            assert is_paused(home, spelled), spelled
+        assert not is_paused(home, str(tmp_path / "other")) and not is_paused(home, "other")
+        st = ctl.status(path)
+        assert [(h["target"], h["hold"]) for h in st.holds] == [(name, "dead-run")]
+        assert f"as {name}" in st.describe()
+
+        ctl.pause([path], actor="oncall", reason="incident")  # manual, under the path
+        ctl.pause([path], run_id="run-2")
+        after = ctl.finish([path], "run-2")  # clears dead-run's hold set under the name
+        assert [(h["target"], h["hold"]) for h in after[path].holds] == [(path, "manual")]
+        assert [(h["target"], h["hold"]) for h in ctl.status(name).holds] == [(path, "manual")]
+        view = register_view(spark, home, "sg_pub_two_names")
+        rows = {r["target"]: r for r in spark.sql(f"SELECT * FROM {view}").collect()}
+        assert {t: (r["paused"], r["holds"]) for t, r in rows.items()} == {
+            name: (True, ["manual"]), path: (True, ["manual"])}
+        assert rows[name]["last_change"] == rows[path]["last_change"]
+
+        assert ctl.resume([name], actor="oncall") == [f"{path}: manual"]
+        for spelled in (name, path):
+            assert not is_paused(spark, spelled, home) and not is_paused(home, spelled)
+        rows = {r["target"]: r["paused"] for r in spark.sql(f"SELECT * FROM {view}").collect()}
+        assert rows == {name: False, path: False}
+        assert {t: s.paused for t, s in ctl.statuses().items()} == {name: False, path: False}
+        capsys.readouterr()
+        assert main(["verify", "--all", "--home", home]) == 0, capsys.readouterr().out
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
 def test_cli_publish_status_pause_resume(spark: Any, lake: Path, capsys: Any) -> None:
     home = str(lake / "home")
     assert main(["publish", "pause", T1, "--reason", "reload", "--home", home]) == 0
@@ -110,7 +154,7 @@ def test_run_pauses_before_writing_notifies_and_reopens_only_after_verification(
     home = str(root / "_sg")
     target = root / "target" / "orders_clean"
     props_before = _props(spark, target)
-    probe = _Probe(spark, home, str(target))
+    probe = _Probe(spark, home, f"file://{target}/")  # the plan names it {target}
     events = tmp_path / "events.jsonl"
     lines: list[str] = []
     out = run_backfill(spark, load_plan(plan_path), str(plan_path), home=home,
@@ -147,4 +191,4 @@ def test_gate_failure_keeps_publish_paused_and_notifies(
                        out=lambda _m: None)
     assert out.exit_code == 1
     assert probe.seen == [("publish_paused", True), ("gate_failed", True)]
-    assert is_paused(spark, target, home)
+    assert is_paused(spark, target, home) and is_paused(home, f"{target}/")

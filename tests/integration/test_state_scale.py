@@ -55,13 +55,13 @@ def test_publish_status_newest_event_decides_past_50000_events(spark: Any, lake:
         F.lit(TARGET).alias("target"), F.concat(F.lit("run-"), F.col("id")).alias("hold"),
         (F.col("id") % 2 == 0).alias("paused"), _seconds(F.col("id")).alias("at"),
         F.concat(F.lit("run-"), F.col("id")).alias("run_id"), F.lit("bot").alias("actor"),
-        F.lit("history").alias("reason"))
+        F.lit("history").alias("reason"), F.lit(f"file:{TARGET}").alias("location"))
     # each even run's hold was set, then cleared half a second later
     cleared = spark.range(0, n, 2).select(
         F.lit(TARGET).alias("target"), F.concat(F.lit("run-"), F.col("id")).alias("hold"),
         F.lit(False).alias("paused"), _seconds(F.col("id") + 0.5).alias("at"),
         F.concat(F.lit("run-"), F.col("id")).alias("run_id"), F.lit("bot").alias("actor"),
-        F.lit("history").alias("reason"))
+        F.lit("history").alias("reason"), F.lit(f"file:{TARGET}").alias("location"))
     _bulk(spark, ctl.path, _schema(), old.unionByName(cleared))
     assert not is_paused(spark, TARGET, home)  # 75,000 events, every hold cleared
     ctl.pause([TARGET], run_id="run-now", actor="alice", reason="backfill")  # the newest event
@@ -70,6 +70,7 @@ def test_publish_status_newest_event_decides_past_50000_events(spark: Any, lake:
     assert st.holds[0]["actor"] == "alice" and st.last_change is not None
     assert st.last_change > T0 + dt.timedelta(seconds=n)
     assert ctl.statuses()[TARGET].paused  # all targets: the same answer
+    assert is_paused(spark, f"{TARGET}/", home)  # another spelling of the path: one table
     ctl.finish([TARGET], "run-now")
     assert not is_paused(spark, TARGET, home)
 
