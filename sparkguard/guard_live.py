@@ -69,7 +69,7 @@ _TYPE_OK: dict[PartitionType, tuple[type[T.DataType], ...]] = {
     PartitionType.STRING: (T.StringType, T.CharType, T.VarcharType),
     PartitionType.INT: (T.ByteType, T.ShortType, T.IntegerType, T.LongType),
 }
-_ZONE_BUCKETS = 400  # buckets the time-zone check counts one by one (a scan each)
+_ZONE_BUCKETS = 400  # buckets one query of the time-zone check counts (a scan each)
 _UNIT_DAYS = {"second": 1 / 86400, "minute": 1 / 1440, "hour": 1 / 24, "day": 1.0, "week": 7.0}
 _DEFAULT_LOG_DAYS, _DEFAULT_FILE_DAYS = 30.0, 7.0
 
@@ -312,19 +312,23 @@ class _Live:
         prunes a generated partition column (``CAST(event_ts AS DATE)``) by the session zone's
         dates of a query's bounds: then rows are read by no slice, left wrong and reported
         fixed. Each slice reads a run of whole buckets, and a bucket's pruning is never wider
-        than its slice's, so the check counts every bucket on its own (one query, a scan per
-        bucket, the first ``_ZONE_BUCKETS`` buckets) here and in UTC, and blocks when any
-        bucket reads fewer rows here (pruning only ever drops rows)."""
+        than its slice's, so the check counts every bucket on its own (a scan per bucket, one
+        query per ``_ZONE_BUCKETS`` of them: the window's buckets are bounded by the plan's
+        ``max_partitions``) here and in UTC, and blocks when any bucket reads fewer rows here
+        (pruning only ever drops rows)."""
         zone = str(self.spark.conf.get("spark.sql.session.timeZone"))
         if self.rw is None or self.rw.type is not WindowType.TIMESTAMP or zone == "UTC":
             return
-        rw, buckets = self.rw, list(self.parts)[:_ZONE_BUCKETS]
+        rw, buckets = self.rw, list(self.parts)
 
-        def per_bucket() -> dict[int, int]:  # a new plan each time: optimised in the zone set
-            scans = [df.filter(F.expr(rw.predicate([b]))).select(F.lit(i).alias("b"))
-                     for i, b in enumerate(buckets)]
-            union = functools.reduce(DataFrame.unionAll, scans).groupBy("b").count()
-            return {int(r[0]): int(r[1]) for r in union.collect()}  # <= _ZONE_BUCKETS rows
+        def per_bucket() -> dict[int, int]:  # new plans each time: optimised in the zone set
+            counts: dict[int, int] = {}
+            for first in range(0, len(buckets), _ZONE_BUCKETS):
+                scans = [df.filter(F.expr(rw.predicate([b]))).select(F.lit(i).alias("b"))
+                         for i, b in enumerate(buckets[first:first + _ZONE_BUCKETS], first)]
+                union = functools.reduce(DataFrame.unionAll, scans).groupBy("b").count()
+                counts.update((int(r[0]), int(r[1])) for r in union.collect())  # <= a chunk
+            return counts
 
         here = per_bucket()
         try:

@@ -377,6 +377,46 @@ def test_a_slice_that_reads_no_rows_in_another_zone_is_refused_before_anything_i
         spark.conf.set("spark.sql.session.timeZone", old)
 
 
+def test_the_zone_check_counts_every_bucket_not_only_the_first_query_s(
+        spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """The check counts its buckets in queries of ``_ZONE_BUCKETS`` (400); here 2, so the seven
+    hour buckets 22:00-05:00 UTC take four queries. From New York (UTC-4 on 2026-03-10) the
+    buckets 00:00, 01:00 and 02:00 UTC fall on 03-09 at both bounds and are pruned to that
+    partition: they read none of their rows, which sit in 03-10. The first query's buckets
+    (22:00, 23:00) lose nothing; the check used to count those alone and let the run start."""
+    from sparkguard import guard_live
+    from sparkguard.errors import GuardError
+    from sparkguard.layouts import DAY0, Layout, _append, _create, _moments, _row
+
+    monkeypatch.setattr(guard_live, "_ZONE_BUCKETS", 2)
+    at = lambda h: DAY0 + dt.timedelta(hours=h)  # noqa: E731
+    lay = Layout("generated_ny_long", at(22), at(29),
+                 {"name": "event_ts", "type": "timestamp", "slice": "auto"},
+                 partitioned_by=("event_date",), generated_date=True)
+    root = tmp_path / "ny"
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # the tables' writer
+    try:
+        for side in ("source", "target"):
+            _create(spark, lay, root / side / "events")
+            _append(spark, lay, root / side / "events",
+                    [_row(lay, i, t) for i, t in enumerate(_moments(lay))])
+        plan = _approved_plan(lay, root)
+        tgt = root / "target" / "events"
+        before = _version(spark, tgt)
+        spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+        with pytest.raises(GuardError) as info:
+            _run(spark, plan)
+        msg = str(info.value)
+        lost = sum(1 for t in _moments(lay) if at(24) <= t < at(27))
+        assert lost and f"so {lost} window row(s)" in msg, msg
+        assert "2026-03-10T00" in msg and "2026-03-09T22" not in msg, msg
+        assert _version(spark, tgt) == before
+        assert not (root / "_sg" / "shadow").exists()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+
+
 def test_date_hour_whole_day_means_hours_0_to_23_in_every_slice(spark: Any,
                                                                  tmp_path: Path) -> None:
     """A whole-day date_hour window cut into 6h slices, over a day that also has a row with a
