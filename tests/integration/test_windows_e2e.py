@@ -5,6 +5,7 @@ rows outside a partial-day window untouched (same content, and same files where 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import json
@@ -332,24 +333,25 @@ def test_generated_date_column_in_another_zone_never_leaves_window_rows_unrepair
         spark.conf.set("spark.sql.session.timeZone", old)
 
 
-def test_a_slice_that_reads_no_rows_in_another_zone_is_refused_before_anything_is_written(
-        spark: Any, tmp_path: Path) -> None:
-    """Dense rows (every 10 minutes), tables written by a UTC session with ``event_date
-    GENERATED ALWAYS AS (CAST(event_ts AS DATE))``, a window 02:00-05:00 UTC (hour slices)
-    backfilled from a New York session. The whole window reads all its rows there (its bounds'
-    New York dates, 03-09 and 03-10, cover both partitions), but the 02:00 UTC slice is 22:00
-    on 03-09 in New York: Delta prunes it to partition 03-09 and it reads none of its rows. The
-    run used to write its shadows and fail its gates (shadow 13 rows against the source's 20);
-    the guard now refuses it first, naming the rows that no slice would read."""
+def _at(hours: int) -> dt.datetime:
+    from sparkguard.layouts import DAY0
 
-    from sparkguard.errors import GuardError
-    from sparkguard.layouts import DAY0, Layout, _append, _create, _moments, _row
+    return DAY0 + dt.timedelta(hours=hours)
 
-    at = lambda h: DAY0 + dt.timedelta(hours=h)  # noqa: E731
-    lay = Layout("generated_ny", at(26), at(29),
+
+@contextlib.contextmanager
+def _written_in_utc_run_from_new_york(spark: Any, root: Path, start_h: int, end_h: int
+                                      ) -> Iterator[tuple[Path, list[dt.datetime]]]:
+    """Dense rows (every 10 minutes) in source and target, ``event_date GENERATED ALWAYS AS
+    (CAST(event_ts AS DATE))``, written by a UTC session, and an approved plan for the hours
+    ``[start_h, end_h)`` after DAY0 (hour slices); yields (the plan, the rows' moments) with
+    the session in New York, after asserting that the guard refuses the plan and writes
+    nothing. The session's zone is restored after."""
+    from sparkguard.layouts import Layout, _append, _create, _moments, _row
+
+    lay = Layout("generated_ny", _at(start_h), _at(end_h),
                  {"name": "event_ts", "type": "timestamp", "slice": "auto"},
                  partitioned_by=("event_date",), generated_date=True)
-    root = tmp_path / "ny"
     old = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # the tables' writer
     try:
@@ -358,23 +360,39 @@ def test_a_slice_that_reads_no_rows_in_another_zone_is_refused_before_anything_i
             _append(spark, lay, root / side / "events",
                     [_row(lay, i, t) for i, t in enumerate(_moments(lay))])
         plan = _approved_plan(lay, root)
-        tgt = root / "target" / "events"
-        before = _version(spark, tgt)
+        before = _version(spark, root / "target" / "events")
         spark.conf.set("spark.sql.session.timeZone", "America/New_York")
-        window = (f"event_ts >= TIMESTAMP'{at(26):%Y-%m-%d %H:%M:%S}+00:00' AND "
-                  f"event_ts < TIMESTAMP'{at(29):%Y-%m-%d %H:%M:%S}+00:00'")
-        assert spark.read.format("delta").load(str(tgt)).filter(window).count() == sum(
-            1 for t in _moments(lay) if at(26) <= t < at(29))  # the window alone loses nothing
-        with pytest.raises(GuardError) as info:
-            _run(spark, plan)
-        msg = str(info.value)
-        lost = sum(1 for t in _moments(lay) if at(26) <= t < at(27))  # the 02:00 UTC slice
-        assert "window_zone_dependent" in msg and f"so {lost} window row(s)" in msg, msg
-        assert "2026-03-10T02" in msg, msg
-        assert _version(spark, tgt) == before
+        yield plan, list(_moments(lay))
+        assert _version(spark, root / "target" / "events") == before
         assert not (root / "_sg" / "shadow").exists()
     finally:
         spark.conf.set("spark.sql.session.timeZone", old)
+
+
+def test_a_slice_that_reads_no_rows_in_another_zone_is_refused_before_anything_is_written(
+        spark: Any, tmp_path: Path) -> None:
+    """A window 02:00-05:00 UTC (hour slices) backfilled from New York over tables written in
+    UTC with a date partition generated from the timestamp. The whole window reads all its rows
+    there (its bounds' New York dates, 03-09 and 03-10, cover both partitions), but the 02:00
+    UTC slice is 22:00 on 03-09 in New York: Delta prunes it to partition 03-09 and it reads
+    none of its rows. The run used to write its shadows and fail its gates (shadow 13 rows
+    against the source's 20); the guard now refuses it first, naming the rows that no slice
+    would read."""
+    from sparkguard.errors import GuardError
+
+    root = tmp_path / "ny"
+    with _written_in_utc_run_from_new_york(spark, root, 26, 29) as (plan, moments):
+        window = (f"event_ts >= TIMESTAMP'{_at(26):%Y-%m-%d %H:%M:%S}+00:00' AND "
+                  f"event_ts < TIMESTAMP'{_at(29):%Y-%m-%d %H:%M:%S}+00:00'")
+        tgt = spark.read.format("delta").load(str(root / "target" / "events"))
+        assert tgt.filter(window).count() == sum(
+            1 for t in moments if _at(26) <= t < _at(29))  # the window alone loses nothing
+        with pytest.raises(GuardError) as info:
+            _run(spark, plan)
+    msg = str(info.value)
+    lost = sum(1 for t in moments if _at(26) <= t < _at(27))  # the 02:00 UTC slice
+    assert "window_zone_dependent" in msg and f"so {lost} window row(s)" in msg, msg
+    assert "2026-03-10T02" in msg, msg
 
 
 def test_the_zone_check_counts_every_bucket_not_only_the_first_query_s(
@@ -386,35 +404,15 @@ def test_the_zone_check_counts_every_bucket_not_only_the_first_query_s(
     (22:00, 23:00) lose nothing; the check used to count those alone and let the run start."""
     from sparkguard import guard_live
     from sparkguard.errors import GuardError
-    from sparkguard.layouts import DAY0, Layout, _append, _create, _moments, _row
 
     monkeypatch.setattr(guard_live, "_ZONE_BUCKETS", 2)
-    at = lambda h: DAY0 + dt.timedelta(hours=h)  # noqa: E731
-    lay = Layout("generated_ny_long", at(22), at(29),
-                 {"name": "event_ts", "type": "timestamp", "slice": "auto"},
-                 partitioned_by=("event_date",), generated_date=True)
-    root = tmp_path / "ny"
-    old = spark.conf.get("spark.sql.session.timeZone")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")  # the tables' writer
-    try:
-        for side in ("source", "target"):
-            _create(spark, lay, root / side / "events")
-            _append(spark, lay, root / side / "events",
-                    [_row(lay, i, t) for i, t in enumerate(_moments(lay))])
-        plan = _approved_plan(lay, root)
-        tgt = root / "target" / "events"
-        before = _version(spark, tgt)
-        spark.conf.set("spark.sql.session.timeZone", "America/New_York")
-        with pytest.raises(GuardError) as info:
-            _run(spark, plan)
-        msg = str(info.value)
-        lost = sum(1 for t in _moments(lay) if at(24) <= t < at(27))
-        assert lost and f"so {lost} window row(s)" in msg, msg
-        assert "2026-03-10T00" in msg and "2026-03-09T22" not in msg, msg
-        assert _version(spark, tgt) == before
-        assert not (root / "_sg" / "shadow").exists()
-    finally:
-        spark.conf.set("spark.sql.session.timeZone", old)
+    with (_written_in_utc_run_from_new_york(spark, tmp_path / "ny", 22, 29) as (plan, moments),
+          pytest.raises(GuardError) as info):
+        _run(spark, plan)
+    msg = str(info.value)
+    lost = sum(1 for t in moments if _at(24) <= t < _at(27))
+    assert lost and f"so {lost} window row(s)" in msg, msg
+    assert "2026-03-10T00" in msg and "2026-03-09T22" not in msg, msg
 
 
 def test_date_hour_whole_day_means_hours_0_to_23_in_every_slice(spark: Any,
