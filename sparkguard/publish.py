@@ -154,12 +154,14 @@ class PublishControl:
         assert self.ref.path is not None
         return self.ref.path
 
-    def _resolve(self, targets: Sequence[str]) -> dict[str, tuple[str, frozenset[str]]]:
+    def _resolve(self, targets: Sequence[str], known: Mapping[str, str] | None = None,
+                 ) -> dict[str, tuple[str, frozenset[str]]]:
         """Each target's location to record and the keys naming its table: the location
-        ``DESCRIBE DETAIL`` gives (the lock key) and, for a path, that path's location form. A
-        target that cannot be described (missing, or not a table name) is recorded as its path's
-        location form, else as written."""
-        from sparkguard.delta_ops import lock_key
+        ``DESCRIBE DETAIL`` gives (the lock key; taken from ``known`` when the caller holds the
+        target's lock under it) and, for a path, that path's location form. A target that
+        cannot be described (missing, or not a table name) is recorded as its path's location
+        form, else as written."""
+        from sparkguard import delta_ops
 
         out: dict[str, tuple[str, frozenset[str]]] = {}
         for t in dict.fromkeys(targets):
@@ -170,7 +172,7 @@ class PublishControl:
                 continue
             spelled = ref.path_location
             try:
-                key = lock_key(self.spark, ref)
+                key = (known or {}).get(t) or delta_ops.lock_key(self.spark, ref)
             except Exception:  # no file system for its scheme here, say: the spelling still
                 key = ref.display  # names the table, and a pause must not fail on it
             location = spelled if key == ref.display and spelled else key
@@ -253,25 +255,29 @@ class PublishControl:
         self._append(rows, {**heads, **self._heads(others)} if others else heads)
 
     def pause(self, targets: Sequence[str], *, run_id: str | None = None,
-              actor: str | None = None, reason: str | None = None) -> None:
-        """Set the hold of ``run_id`` (or the manual hold) on every target, in one append."""
-        now, hold, where = self._now(), run_id or MANUAL_HOLD, self._resolve(targets)
+              actor: str | None = None, reason: str | None = None,
+              locations: Mapping[str, str] | None = None) -> None:
+        """Set the hold of ``run_id`` (or the manual hold) on every target, in one append.
+        ``locations``: targets' lock keys the caller already has (not described again)."""
+        now, hold = self._now(), run_id or MANUAL_HOLD
+        where = self._resolve(targets, locations)
         self._append([(t, hold, True, now, run_id, actor, reason, where[t][0]) for t in targets])
 
     def release(self, targets: Sequence[str], run_id: str, *, actor: str | None = None,
-                reason: str | None = None) -> None:
+                reason: str | None = None, locations: Mapping[str, str] | None = None) -> None:
         """Clear only ``run_id``'s hold on every target (other holds stay), in one append."""
-        now, where = self._now(), self._resolve(targets)
+        now, where = self._now(), self._resolve(targets, locations)
         self._append([(t, run_id, False, now, run_id, actor, reason, where[t][0])
                       for t in targets])
 
     def finish(self, targets: Sequence[str], run_id: str, *, actor: str | None = None,
-               reason: str | None = None) -> dict[str, PublishStatus]:
+               reason: str | None = None, locations: Mapping[str, str] | None = None,
+               ) -> dict[str, PublishStatus]:
         """A run that holds the targets' locks finished: clear its hold and the holds other
         runs left behind on the same tables, under whichever name they were set (those runs
         ended or died: the lock says no other run is active); manual holds stay. One read and
         one append; returns the state after."""
-        where = self._resolve(targets)
+        where = self._resolve(targets, locations)
         before, heads = self._statuses_and_heads(targets, where)
         now = self._now()
         rows: dict[tuple[str, str], tuple[Any, ...]] = {}

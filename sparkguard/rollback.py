@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,11 +151,12 @@ def rollback_run(spark: SparkSession, home: str, run_id: str, *, force: bool = F
     datasets = sorted({tp.dataset for tp in prog.targets.values()
                        if tp.rollback_version is not None and tp.dataset is not None})
     lock_id = rollback_lock_id(run_id)
-    keys = sorted({delta_ops.lock_key(spark, TableRef.parse(d)) for d in datasets})
+    located = {d: delta_ops.lock_key(spark, TableRef.parse(d)) for d in datasets}
+    keys = sorted(set(located.values()))
     ledger.acquire(keys, lock_id, os.environ.get("SPARKGUARD_ACTOR") or _user())
     try:
         return _rollback_locked(spark, ledger, events, prog, force=force, out=out,
-                                notifiers=notifiers)
+                                notifiers=notifiers, located=located)
     finally:
         ledger.release(keys, lock_id)
 
@@ -167,8 +168,10 @@ def rollback_lock_id(run_id: str) -> str:
 
 def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[str, Any]],
                      prog: RunProgress, *, force: bool, out: Callable[[str], None],
-                     notifiers: Sequence[Notifier] | None) -> list[RollbackPoint]:
-    """The rollback proper, with every target's lock held."""
+                     notifiers: Sequence[Notifier] | None,
+                     located: Mapping[str, str]) -> list[RollbackPoint]:
+    """The rollback proper, with every target's lock held (``located``: dataset -> the key
+    its lock is held under, its table's location)."""
     run_id = prog.run_id
     points = check_rollback(spark, prog)
     todo = [p for p in points if p.promoted_version is not None]
@@ -189,7 +192,8 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
         raise RollbackRefusedError("rollback refused, nothing restored:\n  " + "\n  ".join(problems))
     if prog.state != "rolling_back":  # a re-run's hold is set already
         paused = [p.dataset for p in todo]
-        publish.pause(paused, run_id=hold, actor=actor, reason=f"rollback of run {run_id}")
+        publish.pause(paused, run_id=hold, actor=actor, reason=f"rollback of run {run_id}",
+                      locations=located)
         out(f"publish paused for {', '.join(paused)} (hold {hold}) until the rollback finishes")
         ledger.record_run(run_id, "rolling_back", fingerprint=prog.fingerprint, actor=actor,
                           forced=force, targets=[p.label for p in todo],
@@ -207,7 +211,7 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
     ledger.record_run(run_id, "rolled_back", fingerprint=prog.fingerprint, actor=actor,
                       forced=force, rolled_back=results)
     publish.release([p.dataset for p in [*todo, *done]], hold, actor=actor,
-                    reason=f"rollback of run {run_id} finished")
+                    reason=f"rollback of run {run_id} finished", locations=located)
     out(f"publish hold {hold} released")
     send_all(list(notifiers) if notifiers is not None else notifiers_from_env(), "rolled_back",
              prog.recipients, {"run_id": run_id, "plan": prog.plan_name, "targets": {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,22 @@ def lock_key_of(spark: Any, table: Path | str) -> str:
     from sparkguard.sql import TableRef
 
     return lock_key(spark, TableRef(path=str(table)))
+
+
+def count_descriptions(monkeypatch: Any) -> Counter[str]:
+    """Count, by the name as written, each table ``delta_ops.lock_key`` describes from now on
+    (a ``DESCRIBE DETAIL`` each)."""
+    from sparkguard import delta_ops
+
+    seen: Counter[str] = Counter()
+    real = delta_ops.lock_key
+
+    def counted(spark: Any, ref: Any) -> str:
+        seen[ref.display] += 1
+        return real(spark, ref)
+
+    monkeypatch.setattr(delta_ops, "lock_key", counted)
+    return seen
 
 
 def copy_lake(base: Path, dest: Path) -> Path:

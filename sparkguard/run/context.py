@@ -141,6 +141,11 @@ class RunState:
         """The lock keys this run holds."""
         return sorted(set(self.lock_keys.values())) if self.holds_locks else []
 
+    def locations(self) -> dict[str, str]:
+        """Each target's name as displayed -> its lock key (its table's location)."""
+        return {st.ref.display: self.lock_keys[label]
+                for label, st in self.targets.items() if label in self.lock_keys}
+
     @property
     def resumed_state(self) -> str | None:
         return self.resumed.state if self.resumed is not None else None

@@ -55,7 +55,8 @@ def visit_resume(stage: Resume, ctx: RunContext, state: RunState) -> None:
     targets = [st.ref.display for st in state.targets.values()]
     job(ctx, state, f"run {state.run_id}: reopen publish")
     after = ctx.publish.finish(targets, state.run_id, actor=ctx.plan.owner,
-                               reason=f"backfill {ctx.plan.name} promoted and verified")
+                               reason=f"backfill {ctx.plan.name} promoted and verified",
+                               locations=state.locations())
     state.publish_paused = False
     faults.failpoint("mid_publish_resume")
     notify(ctx, state, "publish_resumed", targets=targets)

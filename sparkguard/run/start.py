@@ -240,7 +240,7 @@ def visit_pause(stage: Pause, ctx: RunContext, state: RunState) -> None:
         return
     job(ctx, state, f"run {state.run_id}: pause publish")
     ctx.publish.pause(targets, run_id=state.run_id, actor=ctx.plan.owner,
-                      reason=f"backfill {ctx.plan.name}")
+                      reason=f"backfill {ctx.plan.name}", locations=state.locations())
     state.publish_paused = True
     record(ctx, state, "paused", publish_paused=targets)
     notify(ctx, state, "publish_paused", targets=targets)

@@ -16,7 +16,7 @@ from sparkguard.notify import FileNotifier
 from sparkguard.plan import load_plan
 from sparkguard.publish import PublishControl, is_paused, register_view, status_sql
 from sparkguard.run.evaluator import run_backfill
-from tests.lakes import copy_lake, set_transform, write_plan
+from tests.lakes import copy_lake, count_descriptions, set_transform, write_plan
 
 pytestmark = pytest.mark.spark
 T1, T2 = "/lake/target/a", "main.sales.b"
@@ -148,8 +148,9 @@ def _one_slice_claiming_a_dry_run(plan: dict[str, Any]) -> None:
 
 
 def test_run_pauses_before_writing_notifies_and_reopens_only_after_verification(
-        spark: Any, base_lake: Path, tmp_path: Path) -> None:
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
     root = copy_lake(base_lake, tmp_path / "lake")
+    described = count_descriptions(monkeypatch)
     plan_path = write_plan(root, _one_slice_claiming_a_dry_run)
     home = str(root / "_sg")
     target = root / "target" / "orders_clean"
@@ -163,6 +164,8 @@ def test_run_pauses_before_writing_notifies_and_reopens_only_after_verification(
     assert out.exit_code == 0
     assert probe.seen == [("publish_paused", True), ("promoted", True),
                           ("publish_resumed", False)]
+    # the target's location is read once, for its lock; pause and finish record that one
+    assert described[str(target)] == 1
     sent = [json.loads(x) for x in events.read_text().splitlines()]
     assert {tuple(x["recipients"]) for x in sent} == {("finance-bi", "ops-analytics")}
     assert sent[1]["version"] == out.targets["orders_clean"].promoted_version

@@ -22,7 +22,7 @@ from sparkguard.ledger import Ledger, run_progress
 from sparkguard.publish import PublishControl, is_paused
 from sparkguard.sql import TableRef
 from tests.failpoints import Crash, at_failpoint, dies_at
-from tests.lakes import WINDOW, copy_lake, lock_key_of, write_plan
+from tests.lakes import WINDOW, copy_lake, count_descriptions, lock_key_of, write_plan
 
 pytestmark = pytest.mark.spark
 
@@ -66,7 +66,9 @@ def test_rollback_restores_verifies_records_and_is_idempotent(
     events = tmp_path / "events.jsonl"
     monkeypatch.setenv("SPARKGUARD_NOTIFY_FILE", str(events))
     n0 = len(_history(spark, target))
+    described = count_descriptions(monkeypatch)
     assert _rollback(root, run_id) == 0
+    assert described[str(target)] == 1  # for its lock; the publish hold records that location
     assert_df_equality(_read(spark, target), before, ignore_nullable=True)
     last = _history(spark, target)[-1]
     assert last["operation"] == "RESTORE" and len(_history(spark, target)) == n0 + 1
