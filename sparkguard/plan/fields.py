@@ -171,6 +171,14 @@ def _partition_item(value: object) -> object:
     return value
 
 
+def _not_bool(value: object) -> object:
+    if isinstance(value, bool):  # pydantic would read true as 1
+        raise PlanValueError("is true/false, not a number",
+                             "write a number (true and false are for yes/no fields)")
+    return value
+
+
+NotBool = BeforeValidator(_not_bool)
 SqlName = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_identifier)]
 Dataset = Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_dataset)]
 PathStr = Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_path)]

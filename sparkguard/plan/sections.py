@@ -13,6 +13,7 @@ from sparkguard.plan.enums import ExecutionMode, WindowType
 from sparkguard.plan.fields import (
     MAX_RANGE_DAYS,
     Dataset,
+    NotBool,
     PartitionItem,
     PathStr,
     Person,
@@ -78,7 +79,7 @@ class AffectedWindow(_Frozen):
     partitions: list[PartitionItem] | None = Field(
         default=None, description="The window's partitions, as 'col=value' or plain values; must match "
             "[start_utc, end_utc) for dates.")
-    max_partitions: int = Field(
+    max_partitions: Annotated[int, NotBool] = Field(
         default=31, ge=1, le=MAX_RANGE_DAYS, description="Largest window this plan may touch; a bigger "
             "window is refused.")
 
@@ -107,11 +108,12 @@ class Execution(_Frozen):
             "records dry runs.")
     shadow_location: PathStr | None = Field(
         default=None, description="Folder for shadow tables; default <home>/shadow. Never the target.")
-    slice_partitions: Annotated[int, Field(ge=1, le=366)] | Literal["auto"] = Field(
+    slice_partitions: Annotated[Annotated[int, Field(ge=1, le=366)] | Literal["auto"],
+                                NotBool] = Field(
         default="auto", description="Partitions per slice, or auto: the proof slice is the first "
             "partition, the rest is grouped towards 2,000,000 source rows per slice (from the "
             "live guard's row counts).")
-    max_concurrent_slices: int = Field(
+    max_concurrent_slices: Annotated[int, NotBool] = Field(
         default=1, ge=1, le=16, description="Slices written at once after the proof slice.")
     proof_slice: bool = Field(
         default=True, description="Must be true: the first slice is written twice and reconciled before the "
@@ -128,7 +130,7 @@ class Safeguards(_Frozen):
                                              AfterValidator(_person)]] = Field(default_factory=list)
     rollback_strategy: Text | None = Field(
         default=None, description="The rollback, in words (sparkguard records the version to RESTORE).")
-    rollback_horizon_days: float = Field(
+    rollback_horizon_days: Annotated[float, NotBool] = Field(
         default=7.0, ge=0, le=3650, allow_inf_nan=False,
         description="How long after promotion a rollback must stay possible; the target's "
                     "retention must cover it.")

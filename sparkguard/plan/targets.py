@@ -13,6 +13,7 @@ from sparkguard.plan.fields import (
     LABEL_RE,
     Dataset,
     Label,
+    NotBool,
     PlanValueError,
     SqlName,
     _Frozen,
@@ -165,10 +166,10 @@ class Check(_Frozen):
     """One reconciliation gate (seed ``validation.checks[]``)."""
 
     type: CheckType = Field(description="row_count_parity | metric_reconciliation | duplicate_check.")
-    threshold_percent: float | None = Field(
+    threshold_percent: Annotated[float | None, NotBool] = Field(
         default=None, ge=0, le=100, allow_inf_nan=False,
         description="Allowed relative difference in percent (0 = exact).")
-    threshold_absolute: float | None = Field(
+    threshold_absolute: Annotated[float | None, NotBool] = Field(
         default=None, ge=0, allow_inf_nan=False, description="Allowed absolute difference.")
     metric: SqlName | None = Field(default=None, description="Name of the reconciled metric.")
     key_columns: list[SqlName] | None = Field(
@@ -183,11 +184,11 @@ class Check(_Frozen):
         default=None, max_length=2000, description="SQL expression of one shadow (target-shaped) "
             "row, aggregated like source_expr.")
     per_partition: bool = Field(default=False, description="Also apply the threshold to each partition.")
-    drift_threshold_percent: float | None = Field(
+    drift_threshold_percent: Annotated[float | None, NotBool] = Field(
         default=None, ge=0, allow_inf_nan=False, json_schema_extra=ADDED_LATER,
         description="metric_reconciliation only: also gate the metric's move from the current "
             "target to the shadow (per window and partition), in percent of the target's value.")
-    drift_threshold_absolute: float | None = Field(
+    drift_threshold_absolute: Annotated[float | None, NotBool] = Field(
         default=None, ge=0, allow_inf_nan=False, json_schema_extra=ADDED_LATER,
         description="Like drift_threshold_percent, as an absolute difference.")
     nan: NanRule = Field(
