@@ -58,6 +58,8 @@ class RollbackPoint:
     missing_files: tuple[str, ...] = ()
     new_version: int | None = None
     verified: bool = False
+    recorded_rollback_version: int | None = None  # the ledger's, when the history moved it
+
 
     @property
     def ref(self) -> TableRef:
@@ -68,7 +70,9 @@ class RollbackPoint:
                 "rollback_version": self.rollback_version,
                 "promoted_version": self.promoted_version, "new_version": self.new_version,
                 "verified": self.verified,
-                "undone_commits_of_others": [int(c["version"]) for c in self.later_commits]}
+                "undone_commits_of_others": [int(c["version"]) for c in self.later_commits],
+                **({"recorded_rollback_version": self.recorded_rollback_version}
+                   if self.recorded_rollback_version is not None else {})}
 
 
 def _window(events: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -100,6 +104,12 @@ def check_rollback(spark: SparkSession, prog: RunProgress) -> list[RollbackPoint
                and m.get("target", label) == label]
         state = delta_ops.promotion_state(commits, prog.run_id, label)
         pt = RollbackPoint(label, tp.dataset, tp.rollback_version, state.promoted_version)
+        promotes = [int(c["version"]) for c, m in own if m.get("action") == "promote"]
+        if promotes and max(promotes) - 1 > tp.rollback_version:
+            # the ledger has the promotion as started, not as landed (the run died or failed
+            # right after its commit): commits of other writers before that commit stay
+            pt.rollback_version, pt.recorded_rollback_version = max(promotes) - 1, \
+                tp.rollback_version
         newest = max(own, key=lambda cm: int(cm[0]["version"]), default=None)
         if newest is not None and newest[1].get("action") == "rollback":
             pt.already_rolled_back = int(newest[0]["version"])

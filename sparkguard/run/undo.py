@@ -64,6 +64,28 @@ def restore_target(ctx: RunContext, state: RunState, st: TargetState, why: str) 
                               f"from that version ({got} vs {want}); inspect the table history")
 
 
+def _landed_unrecorded(ctx: RunContext, state: RunState, st: TargetState) -> None:
+    """A promotion the ledger has as started, not as landed: the failure may have come right
+    after its commit (reading the history, say, or in a resumed run before it got to
+    promoting). Its commit in the history, found by its userMetadata, is recorded as landed,
+    the rollback point just before it (commits of other writers in between stay)."""
+    assert st.rollback_version is not None
+    label, checked = st.spec.label, st.rollback_version
+    found = delta_ops.promotion_state(delta_ops.commits_since(ctx.spark, st.ref, checked),
+                                      state.run_id, label).promoted_version
+    if found is None:
+        return
+    note = (f"the promotion commit landed at version {found} before the failure (found in the "
+            "table history by its userMetadata)")
+    st.notes.append(note)
+    ctx.say(f"{label}: {note}")
+    st.rollback_version, st.promoted_version, st.checked_version = found - 1, found, checked
+    st.verified = False
+    record(ctx, state, "promoted", st, version_read=found - 1, version_written=found,
+           promoted_versions={label: found}, rollback_versions={label: found - 1},
+           checked_version=checked, found_in_history=True)
+
+
 def restore_promoted(ctx: RunContext, state: RunState, cause: BaseException) -> list[str]:
     """Restore every target this run promoted (multi-target all-or-nothing).
 
@@ -75,6 +97,14 @@ def restore_promoted(ctx: RunContext, state: RunState, cause: BaseException) -> 
     restored: list[str] = []
     errors: dict[str, BaseException] = {}
     for st in state.targets.values():
+        if st.rollback_version is not None and st.promoted_version is None:
+            try:
+                _landed_unrecorded(ctx, state, st)
+            except Exception as exc:  # unknown whether it landed: say so, never "nothing"
+                ctx.say(f"{st.spec.label}: the table history cannot be read to learn whether "
+                        f"the promotion landed: {type(exc).__name__}: {exc}")
+                errors[st.spec.label] = exc
+                continue
         if st.promoted_version is not None and st.rollback_version is not None \
                 and not st.restored and not st.changed_after_promotion:
             ctx.say(f"{st.spec.label}: restoring version {st.rollback_version} because: {why}")

@@ -281,6 +281,62 @@ def test_a_promotion_that_raises_after_its_commit_landed_is_recorded_and_verifie
     assert_df_equality(_read(spark, target), expected, ignore_nullable=True)
 
 
+def test_a_failure_right_after_the_promotion_commit_restores_it_keeping_another_writers_rows(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """Another writer appends outside the window before the promotion's transaction; the
+    promotion commits, then reading the history fails. The failure path finds the commit by its
+    userMetadata, records it and restores the version just before it (their rows kept), rather
+    than ending failed with the promotion in the target and nothing restored."""
+    root, plan, before, v0 = _their_append_at(spark, base_lake, tmp_path, monkeypatch,
+                                              "before_promote", "outside")
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    fails_once_at(monkeypatch, faults, "after_promote_commit", "storage hiccup reading history")
+    with pytest.raises(Exception, match="storage hiccup"):
+        _run(spark, plan)
+    (prog,) = Ledger(spark, home).latest_runs()
+    tp = prog.targets["orders_clean"]
+    assert prog.state == "failed" and tp.restored
+    assert (tp.rollback_version, tp.promoted_version) == (v0 + 1, v0 + 2)
+    assert [h["operation"] for h in _versions(spark, target) if h["version"] > v0] == [
+        "WRITE", "WRITE", "RESTORE"]
+    ours = F.col("order_id") < 10 ** 8
+    assert _read(spark, target).filter(ours).collect() == before  # the promotion undone
+    assert _read(spark, target).filter(~ours).count() == 3  # their rows kept
+    events = Ledger(spark, home).run_events(prog.run_id)
+    assert [e["details"].get("found_in_history") for e in events
+            if e["state"] == "promoted"] == [True]
+    assert events[-1]["state"] == "failed" and events[-1]["details"]["restored"] == [
+        "orders_clean"]
+    assert is_paused(spark, str(target), home)
+    assert main(["rollback", "--run-id", prog.run_id, "--home", home]) == 2  # nothing in place
+
+
+def test_rollback_of_a_run_stopped_right_after_its_promotion_keeps_another_writers_commit(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """The run is interrupted right after its promotion commit (Ctrl-C: only finally blocks
+    run, its lock is released), which landed after another writer's append: the ledger has the
+    promotion as started, at the version before that append. Rolling the run back restores the
+    version just before the promotion commit (the history's, not the ledger's), so their
+    append stays."""
+    root, plan, before, v0 = _their_append_at(spark, base_lake, tmp_path, monkeypatch,
+                                              "before_promote", "outside")
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    on_failpoint(monkeypatch, faults, "after_promote_commit", times=1)
+    with pytest.raises(Crash):
+        _run(spark, plan)
+    (prog,) = Ledger(spark, home).latest_runs()
+    assert prog.targets["orders_clean"].rollback_version == v0  # the ledger's, before the gap
+    assert prog.targets["orders_clean"].promoted_version is None
+    assert main(["rollback", "--run-id", prog.run_id, "--home", home]) == 0
+    ours = F.col("order_id") < 10 ** 8
+    assert _read(spark, target).filter(ours).collect() == before
+    assert _read(spark, target).filter(~ours).count() == 3  # their append survived
+    done = Ledger(spark, home).run_events(prog.run_id)[-1]
+    assert done["state"] == "rolled_back"
+    (point,) = done["details"]["rolled_back"]
+    assert (point["rollback_version"], point["recorded_rollback_version"]) == (v0 + 1, v0)
+
+
 @pytest.mark.parametrize("where", ["outside", "inside"])
 def test_automatic_restore_after_another_writer_committed_behind_the_promotion(
         spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any, where: str) -> None:
