@@ -48,11 +48,14 @@ _JSON_EXACT = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
 
 
 def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
-    """The column as a value Spark can hash: maps become entries sorted by key, arrays and
-    structs keep their shape (:func:`_shaped`), variants and maps nested in others JSON."""
+    """The column as a value Spark can hash: maps become entries sorted by key, which like
+    arrays and structs keep their shape (:func:`_shaped`: ``{"a": null, "b": "c"}`` and
+    ``{"a": "b", "c": null}`` hash apart); variants and maps nested in others become JSON."""
     col, dt = column(name), df.schema[name].dataType
     if isinstance(dt, T.MapType) and not _has_map(dt.keyType) and not _has_map(dt.valueType):
-        return F.array_sort(F.map_entries(col))
+        entries = T.ArrayType(T.StructType([T.StructField("key", dt.keyType),
+                                            T.StructField("value", dt.valueType)]))
+        return _shaped(F.array_sort(F.map_entries(col)), entries)
     if _has_map(dt) or type(dt).__name__ == "VariantType":
         return F.to_json(col, _JSON_EXACT)
     if isinstance(dt, (T.ArrayType, T.StructType)):

@@ -69,6 +69,14 @@ class _Layout:
         driver's OS time zone. A ``timestamp_ntz`` stays a wall-clock value."""
         return isinstance(self.metric_type(i, side), T.TimestampType)
 
+    def collated(self, i: int, side: int) -> bool:
+        """Metric ``i``'s input on ``side`` is a string with a collation other than binary
+        (``UTF8_LCASE``, say): its min and max are taken in binary (code point) order, the
+        order the driver folds groups and partitions in, so every side agrees."""
+        dt = self.metric_type(i, side)
+        return isinstance(dt, T.StringType) and \
+            getattr(dt, "collation", "UTF8_BINARY") != "UTF8_BINARY"
+
     def wide_decimal(self, i: int, side: int) -> bool:
         """Metric ``i``'s input on ``side`` is a decimal of more than 18 digits: Spark sums it
         as a ``decimal(38, s)``, which can overflow."""

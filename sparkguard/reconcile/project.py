@@ -74,6 +74,8 @@ def _metric_inputs(spec: ReconcileSpec, lay: _Layout, side: int) -> list[Column]
         value = F.expr(_expr_of(spec, i, code))
         if lay.instant(i, _code_sides(code)[0]):
             value = F.unix_micros(value)
+        if lay.collated(i, _code_sides(code)[0]):
+            value = F.collate(value, "UTF8_BINARY")
         if _excluding(spec, lay, i, code):
             value = F.when(~_nonfinite(value), value)
         scale = lay.split_sum_scale(i, side)

@@ -642,6 +642,65 @@ def test_column_names_with_a_dot_a_backquote_and_a_space(spark: Any) -> None:
     assert nulls and not nulls[0].passed  # key 3's amount.usd is null in the shadow
 
 
+def test_min_and_max_of_a_collated_string_agree_across_groups_and_partitions(
+        spark: Any) -> None:
+    """Spark takes a collated string's min per group under its collation; the driver folds the
+    groups (change kinds) and partitions. Both in binary order: identical source and shadow pass
+    whatever the target holds, and a shadow whose binary min moved fails."""
+    from pyspark.sql import functions as F
+
+    day, day2 = DAYS[0], DAYS[1]
+
+    def side(rows: list[tuple[dt.date, int, str]]) -> Any:
+        return spark.createDataFrame(rows, "p date, k int, v string").select(
+            "p", "k", F.collate("v", "UTF8_LCASE").alias("v"))
+
+    source = side([(day, 1, "a"), (day, 2, "B"), (day2, 3, "c")])
+    target = side([(day, 1, "a"), (day, 2, "x"), (day2, 3, "c")])  # key 2 changes, 1 does not
+    metrics = tuple(MetricSpec(f"{a.value}_v", a, "v", "v", ThresholdSpec())
+                    for a in (Aggregation.MIN, Aggregation.MAX))
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), metrics=metrics)
+    res = reconcile(spec, shadow=source, target=target, source=source, partitions=[day, day2])
+    assert res.passed, [g.reason for g in res.failed]
+    moved = side([(day, 1, "A"), (day, 2, "B"), (day2, 3, "c")])  # 'A' = 'a' under UTF8_LCASE
+    res = reconcile(spec, shadow=moved, target=target, source=source, partitions=[day, day2])
+    assert [g.gate for g in res.failed] == ["metric_reconciliation[min_v]"]
+
+
+def test_maps_compare_by_shape_nulls_included(spark: Any) -> None:
+    """A map's entries sorted by key keep their shape too: a null value moved to another key,
+    a null element dropped from an array value, a null moved between a struct value's fields
+    are changes for the preview and for the content fingerprint (verification); the same map
+    built in another key order is not."""
+    from sparkguard.reconcile.hashing import table_fingerprint
+
+    schema = ("p date, k int, mv map<string,string>, ma map<string,array<string>>, "
+              "ms map<string,struct<a:string,b:string>>")
+    day = DAYS[0]
+    same = ({"a": "b"}, {"x": ["a"]}, {"x": ("1", "2")})
+    pairs = {
+        1: (({"a": None, "b": "c"}, *same[1:]), ({"a": "b", "c": None}, *same[1:])),
+        2: ((same[0], {"x": ["a", None]}, same[2]), same),
+        3: ((*same[:2], {"x": (None, "v")}), (*same[:2], {"x": ("v", None)})),
+        4: (({"a": "b", "c": "d"}, *same[1:]), ({"c": "d", "a": "b"}, *same[1:])),
+    }
+    target = spark.createDataFrame([(day, k, *b) for k, (b, _a) in pairs.items()], schema)
+    shadow = spark.createDataFrame([(day, k, *a) for k, (_b, a) in pairs.items()], schema)
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",))
+    res = reconcile(spec, shadow=shadow, target=target, partitions=[day])
+    assert res.preview is not None
+    assert (res.preview.changed, res.preview.unchanged) == (3, 1)
+    assert res.preview.changed_by_column == {"mv": 1, "ma": 1, "ms": 1}
+    for k in (1, 2, 3):
+        one = [(day, k, *pairs[k][0])], [(day, k, *pairs[k][1])]
+        assert table_fingerprint(spark.createDataFrame(one[0], schema)) != \
+            table_fingerprint(spark.createDataFrame(one[1], schema)), k
+    four = [spark.createDataFrame([(day, 4, *side)], schema) for side in pairs[4]]
+    assert table_fingerprint(four[0]) == table_fingerprint(four[1])
+
+
 def test_arrays_and_structs_compare_by_shape_nulls_included(spark: Any) -> None:
     """Spark's hashes skip null elements and fields and hash no lengths: a null element
     dropped, elements moved between inner arrays or a null moved between struct fields must
