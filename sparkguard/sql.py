@@ -148,7 +148,10 @@ class TableRef:
 
 
 def parse_partition_value(value: object, ptype: PartitionType) -> object:
-    """Turn a plan's partition value into a typed Python value, or raise UnsafeSQLError."""
+    """Turn a plan's partition value into a typed Python value, or raise UnsafeSQLError
+    (spaces around a date or an integer are not part of it; a string is taken as written)."""
+    if ptype is not PartitionType.STRING and isinstance(value, str):
+        value = value.strip()
     if ptype is PartitionType.DATE:
         if isinstance(value, dt.datetime):
             return value.date()

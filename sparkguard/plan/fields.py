@@ -158,7 +158,11 @@ def utc_moment(moment: dt.datetime) -> dt.datetime:
 
 
 def _partition_item(value: object) -> object:
-    if isinstance(value, bool) or not isinstance(value, str | int | dt.date):
+    if isinstance(value, bool):
+        raise PlanValueError("partition value is true/false: YAML reads an unquoted yes, no, "
+                             "on, off, true or false as a boolean",
+                             "quote it ('NO'), or write 'column=value'")
+    if not isinstance(value, str | int | dt.date):
         raise PlanValueError(f"partition value of type {type(value).__name__} is not allowed",
                              "write 'column=value', a date, a string or an integer")
     if isinstance(value, dt.datetime):
@@ -194,12 +198,13 @@ def split_partition(raw: object) -> tuple[str | None, object]:
     """``"event_date=2026-05-01"`` -> ``("event_date", "2026-05-01")``; other values unchanged.
 
     Only a plain column name before the first ``=`` counts as a prefix, so a string value that
-    merely contains ``=`` is kept whole.
+    merely contains ``=`` is kept whole. The value is kept as written, spaces included (a string
+    partition ``'US '`` is not ``'US'``).
     """
     if isinstance(raw, str) and "=" in raw:
         col, value = raw.split("=", 1)
         if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", col.strip()):
-            return col.strip(), value.strip()
+            return col.strip(), value
     return None, raw
 
 

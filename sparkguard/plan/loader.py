@@ -60,6 +60,20 @@ def _construct_timestamp(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> Any
 
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:timestamp", _construct_timestamp)
 
+_DECIMAL_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+
+
+def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> Any:
+    """A YAML integer written in decimal; any other spelling YAML 1.1 reads as a number
+    (``010`` octal 8, ``0x1F``, ``1_000``, ``1:30`` base 60) stays the text as written, so a
+    partition ``010`` is never partition 8 and a string partition ``07`` stays ``'07'``."""
+    if not _DECIMAL_INT.fullmatch(str(node.value)):
+        return str(node.value)
+    return loader.construct_yaml_int(node)
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
 _FIXES = {
     "extra_forbidden": f"remove it or check its spelling against {TEMPLATE}",
     "missing": f"add it (see {TEMPLATE})",

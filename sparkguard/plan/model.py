@@ -56,7 +56,7 @@ from sparkguard.plan.targets import (
     Transform,
     Validation,
 )
-from sparkguard.sql import PartitionType, parse_partition_value
+from sparkguard.sql import PartitionType, UnsafeSQLError, parse_partition_value
 
 __all__ = [
     "ADDED_LATER",
@@ -134,7 +134,14 @@ class BackfillPlan(_Frozen):
         ptype = self.partitioning.type if self.partitioning else PartitionType.STRING
         out: list[object] = []
         for raw in self.affected_window.partitions or []:
-            out.append(parse_partition_value(split_partition(raw)[1], ptype))
+            col, value = split_partition(raw)
+            if col is not None and ptype is PartitionType.STRING and isinstance(value, str) \
+                    and value != value.strip():
+                raise UnsafeSQLError(
+                    f"{raw!r}: the value after '{col}=' starts or ends with a space, and a "
+                    "string partition is matched exactly; remove the space, or write the value "
+                    f"alone and quoted ({value!r}) if the space is part of it")
+            out.append(parse_partition_value(value, ptype))
         return out
 
     def partition_prefixes(self) -> list[str]:

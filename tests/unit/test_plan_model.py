@@ -14,7 +14,7 @@ from sparkguard.errors import PlanError
 from sparkguard.plan import load_plan, load_plan_text
 from sparkguard.plan.loader import yaml_path
 from sparkguard.plan.model import BackfillPlan, ExecutionMode, Promotion, TargetSpec
-from sparkguard.sql import PartitionType
+from sparkguard.sql import PartitionType, UnsafeSQLError
 from tests.plan_fixtures import SEED_PLAN, plan_yaml, valid_plan
 
 UTC = dt.UTC
@@ -122,6 +122,36 @@ def test_partition_prefix_only_for_plain_column_names():
                           "  affected_window:\n    partitions: ['region=EU', \"x' OR '1'='1\"]\n")
     assert plan.partition_values() == ["EU", "x' OR '1'='1"]
     assert plan.partition_prefixes() == ["region"]
+
+
+def _listed(ptype: str, items: str) -> BackfillPlan:
+    return load_plan_text(f"backfill_plan:\n  partitioning: {{column: p, type: {ptype}}}\n"
+                          f"  affected_window:\n    partitions: [{items}]\n")
+
+
+def test_unquoted_numbers_in_the_partition_list_keep_their_spelling():
+    """YAML 1.1 reads 010 as octal 8, 0x1F as 31, 1_000 as 1000 and 1:30 as 90: the window
+    would name other partitions. Only decimal integers are numbers; the rest stay as written."""
+    assert _listed("int", "009, 010, 011, 12, -3").partition_values() == [9, 10, 11, 12, -3]
+    assert _listed("string", "06, 07, 010, 1_000, 0x1F, 1:30, 7").partition_values() == [
+        "06", "07", "010", "1_000", "0x1F", "1:30", "7"]
+    with pytest.raises(UnsafeSQLError, match="not a 64-bit integer"):
+        _listed("int", "0x1F").partition_values()
+    plan = load_plan_text("backfill_plan:\n  affected_window: {max_partitions: 040}\n")
+    assert plan.affected_window.max_partitions == 40  # a number field reads it as written
+
+
+def test_a_string_partition_keeps_its_spaces_and_a_prefixed_one_with_spaces_is_refused():
+    assert _listed("string", "'US ', ' EU', 'region=US'").partition_values() == [
+        "US ", " EU", "US"]
+    for item in ("'region=US '", "'region= EU'"):
+        with pytest.raises(UnsafeSQLError, match="starts or ends with a space"):
+            _listed("string", item).partition_values()
+    assert _listed("int", "'p= 7 ', ' 8'").partition_values() == [7, 8]
+    assert _listed("date", "'p= 2026-05-01'").partition_values() == [dt.date(2026, 5, 1)]
+    problems = _problems("backfill_plan:\n  partitioning: {column: p, type: string}\n"
+                         "  affected_window:\n    partitions: [NO, SE]\n")
+    assert any("partitions[0]" in ln and "quote it ('NO')" in ln for ln in problems), problems
 
 
 def test_window_partitions_from_range_end_exclusive_and_partial_day():
