@@ -668,16 +668,31 @@ def test_min_and_max_of_a_collated_string_agree_across_groups_and_partitions(
     assert [g.gate for g in res.failed] == ["metric_reconciliation[min_v]"]
 
 
+def _compared_pairwise(spark: Any, schema: str, pairs: dict[int, tuple[Any, Any]]
+                       ) -> tuple[ReconcileResult, dict[int, bool], Any]:
+    """Reconcile a target of each pair's first row against a shadow of its second (key ``k``,
+    one day); whether each key's two rows have different content fingerprints; the target."""
+    from sparkguard.reconcile.hashing import table_fingerprint
+
+    day = DAYS[0]
+    target = spark.createDataFrame([(day, k, *b) for k, (b, _a) in pairs.items()], schema)
+    shadow = spark.createDataFrame([(day, k, *a) for k, (_b, a) in pairs.items()], schema)
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",))
+    res = reconcile(spec, shadow=shadow, target=target, partitions=[day])
+    differ = {k: table_fingerprint(spark.createDataFrame([(day, k, *b)], schema))
+              != table_fingerprint(spark.createDataFrame([(day, k, *a)], schema))
+              for k, (b, a) in pairs.items()}
+    return res, differ, target
+
+
 def test_maps_compare_by_shape_nulls_included(spark: Any) -> None:
     """A map's entries sorted by key keep their shape too: a null value moved to another key,
     a null element dropped from an array value, a null moved between a struct value's fields
     are changes for the preview and for the content fingerprint (verification); the same map
     built in another key order is not."""
-    from sparkguard.reconcile.hashing import table_fingerprint
-
     schema = ("p date, k int, mv map<string,string>, ma map<string,array<string>>, "
               "ms map<string,struct<a:string,b:string>>")
-    day = DAYS[0]
     same = ({"a": "b"}, {"x": ["a"]}, {"x": ("1", "2")})
     pairs = {
         1: (({"a": None, "b": "c"}, *same[1:]), ({"a": "b", "c": None}, *same[1:])),
@@ -685,20 +700,11 @@ def test_maps_compare_by_shape_nulls_included(spark: Any) -> None:
         3: ((*same[:2], {"x": (None, "v")}), (*same[:2], {"x": ("v", None)})),
         4: (({"a": "b", "c": "d"}, *same[1:]), ({"c": "d", "a": "b"}, *same[1:])),
     }
-    target = spark.createDataFrame([(day, k, *b) for k, (b, _a) in pairs.items()], schema)
-    shadow = spark.createDataFrame([(day, k, *a) for k, (_b, a) in pairs.items()], schema)
-    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
-                         business_keys=("k",))
-    res = reconcile(spec, shadow=shadow, target=target, partitions=[day])
+    res, differ, _target = _compared_pairwise(spark, schema, pairs)
     assert res.preview is not None
     assert (res.preview.changed, res.preview.unchanged) == (3, 1)
     assert res.preview.changed_by_column == {"mv": 1, "ma": 1, "ms": 1}
-    for k in (1, 2, 3):
-        one = [(day, k, *pairs[k][0])], [(day, k, *pairs[k][1])]
-        assert table_fingerprint(spark.createDataFrame(one[0], schema)) != \
-            table_fingerprint(spark.createDataFrame(one[1], schema)), k
-    four = [spark.createDataFrame([(day, 4, *side)], schema) for side in pairs[4]]
-    assert table_fingerprint(four[0]) == table_fingerprint(four[1])
+    assert differ == {1: True, 2: True, 3: True, 4: False}
 
 
 def test_arrays_and_structs_compare_by_shape_nulls_included(spark: Any) -> None:
@@ -709,7 +715,6 @@ def test_arrays_and_structs_compare_by_shape_nulls_included(spark: Any) -> None:
 
     schema = ("p date, k int, arr array<string>, nest array<array<int>>, "
               "st struct<a:int,b:int>, xs array<double>")
-    day = DAYS[0]
     same = (["a"], [[1]], (1, 2), [-0.0, math.nan])
     pairs = {
         1: ((["a", None], *same[1:]), same),
@@ -718,18 +723,11 @@ def test_arrays_and_structs_compare_by_shape_nulls_included(spark: Any) -> None:
         4: (([None], *same[1:]), ([], *same[1:])),
         5: (same, (*same[:3], [0.0, math.nan])),  # -0.0 = 0.0 and NaN = NaN inside too
     }
-    target = spark.createDataFrame([(day, k, *b) for k, (b, _a) in pairs.items()], schema)
-    shadow = spark.createDataFrame([(day, k, *a) for k, (_b, a) in pairs.items()], schema)
-    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
-                         business_keys=("k",))
-    res = reconcile(spec, shadow=shadow, target=target, partitions=[day])
+    res, differ, target = _compared_pairwise(spark, schema, pairs)
     assert res.preview is not None
     assert (res.preview.changed, res.preview.unchanged) == (4, 1)
     assert res.preview.changed_by_column == {"arr": 2, "nest": 1, "st": 1, "xs": 0}
-    for k in (1, 2, 3, 4):
-        one = [(day, k, *pairs[k][0])], [(day, k, *pairs[k][1])]
-        assert table_fingerprint(spark.createDataFrame(one[0], schema)) != \
-            table_fingerprint(spark.createDataFrame(one[1], schema)), k
+    assert differ == {1: True, 2: True, 3: True, 4: True, 5: False}
     assert table_fingerprint(target) == table_fingerprint(target.orderBy(target.k.desc()))
     # a map inside another type compares as JSON text, to the microsecond
     nested = "k int, m array<map<string, struct<t:timestamp,n:int>>>"
