@@ -183,6 +183,11 @@ def _sum_of(lay: _Layout, r: Mapping[str, Any], i: int, side: int) -> Any:
     """A metric's sum: Spark's, or rebuilt exactly from the two long sums of its halves (a
     decimal stays a decimal, an integral or instant input gives an int)."""
     name = f"__sg_m{i}_{side}_sum"
+    if lay.wide_decimal(i, side):  # its whole and fractional parts, summed apart
+        whole, frac = r.get(f"{name}_wi"), r.get(f"{name}_wf")
+        if whole is None and frac is None:
+            return None
+        return EXACT.add(Decimal(whole or 0), Decimal(frac or 0))
     scale = lay.split_sum_scale(i, side)
     if scale is None:
         return r.get(name)

@@ -107,12 +107,13 @@ def _l2_frame(spec: ReconcileSpec, lay: _Layout, l1: DataFrame) -> DataFrame:
 
 
 def _fold_partial(name: str, partials: Sequence[str]) -> Column:
-    """A level-1 partial folded; a wide decimal's sum with ``try_sum``, its overflow count
-    adding the groups whose fold overflows here."""
+    """A level-1 partial folded; a wide decimal's sums (whole and fractional parts) with
+    ``try_sum``, its overflow count adding the groups whose fold overflows here."""
     if name.endswith("_ovf"):
-        total = name[:-len("_ovf")] + "_sum"
-        return (F.sum(name) + _overflowed(F.col(total))).alias(name)
-    if name.endswith("_sum") and f"{name[:-len('_sum')]}_ovf" in partials:
+        base = name[:-len("_ovf")]
+        return (F.sum(name) + _overflowed(F.col(f"{base}_sum_wi"))
+                + _overflowed(F.col(f"{base}_sum_wf"))).alias(name)
+    if name.endswith(("_sum_wi", "_sum_wf")):
         return F.try_sum(name).alias(name)
     return _fold(name)
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from sparkguard.plan.model import Aggregation
 from sparkguard.reconcile.hashing import _LOW32, _packed_hashes, column, row_hash
@@ -162,6 +164,17 @@ def _overflowed(value: Column) -> Column:
     return F.when(F.try_sum(value).isNull() & (F.count(value) > 0), F.lit(1)).otherwise(F.lit(0))
 
 
+def _decimal_parts(value: Column, dtype: T.DataType | None) -> tuple[Column, Column]:
+    """A wide decimal split at its decimal point, both parts exact: whole numbers as
+    ``decimal(p - s, 0)`` and the signed fraction as ``decimal(s + 1, s)``. Spark sums each
+    in a ``decimal(p - s + 10, 0)`` and a ``decimal(s + 11, s)``, so a running total of large
+    values of both signs does not pass 38 digits where the total fits (``try_sum`` over the
+    value itself gave up at the column's own range)."""
+    assert isinstance(dtype, T.DecimalType)
+    frac = value % F.lit(Decimal(1))
+    return (value - frac).cast(T.DecimalType(max(1, dtype.precision - dtype.scale), 0)), frac
+
+
 def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[Column]:
     """Level-1 aggregates over projected rows (only for the columns present). Equal aggregate
     expressions under two names (a float column's per-side sum serving as a metric's sum, a
@@ -212,8 +225,10 @@ def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[
                                  F.sum(v.bitwiseAND(F.lit(_LOW32))).alias(f"{name}_sum_dlo")]
                     elif part == "sum" and lay.wide_decimal(i, s):
                         # null on overflow whatever spark.sql.ansi.enabled; counted, never lost
-                        aggs += [F.try_sum(v).alias(f"{name}_sum"),
-                                 _overflowed(v).alias(f"{name}_ovf")]
+                        whole, frac = _decimal_parts(v, lay.metric_type(i, s))
+                        aggs += [F.try_sum(whole).alias(f"{name}_sum_wi"),
+                                 F.try_sum(frac).alias(f"{name}_sum_wf"),
+                                 (_overflowed(whole) + _overflowed(frac)).alias(f"{name}_ovf")]
                     else:
                         fn = {"sum": F.sum, "min": F.min, "max": F.max}[part]
                         aggs.append(fn(v).alias(f"{name}_{part}"))

@@ -390,26 +390,52 @@ def test_wide_decimal_sums_stay_exact(spark: Any) -> None:
     assert res.preview is not None and (res.preview.changed, res.preview.inserted) == (1, 1)
 
 
-@pytest.mark.parametrize("ansi", ["false", "true"])
-def test_an_overflowed_decimal_sum_fails_the_gate(spark: Any, ansi: str) -> None:
-    """Two decimal(38, 18) amounts of 6e19 sum past decimal(38, 18)'s 1e20: Spark's sum is null
-    (ANSI off) or an error (ANSI on). The gate fails naming the overflow, on the unkeyed source
-    (folded per partition) and on the keyed shadow (folded over keys), in both modes."""
-    big = Decimal("60000000000000000000.000000000000000001")
-    schema = "p date, k int, v decimal(38,18)"
-    rows = [(DAYS[0], 1, big), (DAYS[0], 2, big), (DAYS[1], 3, Decimal(1))]
-    frame = spark.createDataFrame(rows, schema)
+def _wide_sum_gates(spark: Any, ansi: str, rows: list[tuple[Any, ...]], dtype: str,
+                    shadow_rows: list[tuple[Any, ...]] | None = None) -> dict[Any, Any]:
+    """The sum gates (window: None, and per partition) of a keyed shadow against an unkeyed
+    source over ``rows`` (p, k, v) with ``v`` of ``dtype``, under spark.sql.ansi.enabled."""
+    schema = f"p date, k int, v {dtype}"
+    source = spark.createDataFrame(rows, schema)
+    shadow = spark.createDataFrame(shadow_rows or rows, schema)
     m = MetricSpec("wei", Aggregation.SUM, "v", "v", ThresholdSpec(percent=0.0), per_partition=True)
     spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
                          business_keys=("k",), metrics=(m,))
     old = spark.conf.get("spark.sql.ansi.enabled")
     spark.conf.set("spark.sql.ansi.enabled", ansi)
     try:
-        res = reconcile(spec, shadow=frame, source=frame, partitions=list(DAYS[:2]),
+        res = reconcile(spec, shadow=shadow, source=source, partitions=list(DAYS[:2]),
                         preview=False)
     finally:
         spark.conf.set("spark.sql.ansi.enabled", old)
-    gates = {g.partition: g for g in res.gates if g.gate == "metric_reconciliation[wei]"}
+    return {g.partition: g for g in res.gates if g.gate == "metric_reconciliation[wei]"}
+
+
+@pytest.mark.parametrize("ansi", ["false", "true"])
+def test_wide_decimal_sums_are_exact_and_only_a_real_overflow_fails(spark: Any, ansi: str) -> None:
+    """decimal(38, 18) amounts of 6e19: two of them pass the type's 1e20, and with a third of
+    the other sign they pass it on the way (try_sum over the values gave up there, whatever the
+    row order made of it). Summed as whole and fractional parts, both totals are exact, on the
+    unkeyed source (folded per partition) and the keyed shadow (folded over keys), ANSI on or
+    off, and one unit of the last digit still fails. A decimal(38, 0) total past 38 digits
+    overflows: the gate fails naming it."""
+    big = Decimal("60000000000000000000.000000000000000001")
+    rows = [(DAYS[0], 1, big), (DAYS[0], 2, big), (DAYS[0], 3, big.copy_negate()),
+            (DAYS[1], 4, Decimal(1))]  # (Python's own arithmetic rounds to 28 digits)
+    gates = _wide_sum_gates(spark, ansi, rows, "decimal(38,18)")
+    assert all(g.passed for g in gates.values()), [g.reason for g in gates.values()]
+    assert gates[None].expected == Decimal("60000000000000000001.000000000000000001")
+    assert gates[str(DAYS[0])].expected == big
+    two = _wide_sum_gates(spark, ansi, rows[:2] + rows[3:], "decimal(38,18)")
+    assert two[None].passed
+    assert two[None].expected == Decimal("120000000000000000001.000000000000000002")
+    moved = [*rows[:2], (DAYS[0], 3, Decimal("-60000000000000000000.000000000000000000")),
+             rows[3]]
+    gates = _wide_sum_gates(spark, ansi, rows, "decimal(38,18)", moved)
+    assert not gates[None].passed and not gates[str(DAYS[0])].passed
+    assert Decimal(str(gates[None].measured["abs_diff"])) == Decimal("1e-18")
+    huge = Decimal("6e37")
+    gates = _wide_sum_gates(spark, ansi, [(DAYS[0], 1, huge), (DAYS[0], 2, huge),
+                                          (DAYS[1], 3, Decimal(1))], "decimal(38,0)")
     assert not gates[None].passed and not gates[str(DAYS[0])].passed
     assert gates[None].measured["overflowed_groups"] == {"source": 1, "shadow": 1}
     assert "overflowed" in gates[None].reason
