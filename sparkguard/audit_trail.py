@@ -213,12 +213,16 @@ def check_ledger_history(table: str, history: Sequence[Mapping[str, Any]] | None
         params = c.get("operationParameters") or {}
         mode = str(params.get("mode") or "").strip('"').lower()
         where = f"{'control' if table == 'publish' else 'ledger'}/{table}@v{c.get('version')}"
+        said = json.dumps(params).lower()
         if op in _REWRITES or (op == "WRITE" and mode not in ("", "append", "errorifexists")):
             found.append(Finding("ledger_rewritten", where, f"{op}"
                                  + (f" ({mode})" if op == "WRITE" else "")
                                  + " on an append-only ledger table"))
-        elif op == "SET TBLPROPERTIES" and "appendonly" in json.dumps(params).lower() \
-                and "false" in json.dumps(params).lower():
+        elif op.startswith("CREATE") and int(c.get("version") or 0) > 0:
+            found.append(Finding("ledger_rewritten", where, f"{op} over the existing table: its "
+                                 "rows before this version are gone from the current one"))
+        elif "appendonly" in said and (op == "UNSET TBLPROPERTIES" or (
+                op == "SET TBLPROPERTIES" and "false" in said)):
             found.append(Finding("ledger_rewritten", where, "append-only protection switched off"))
         elif op not in _LOG_OPERATIONS:
             found.append(Finding("ledger_commit", where, f"{op}: not a commit sparkguard makes",

@@ -150,11 +150,21 @@ def test_ledger_history_rewrites_are_tampering_appends_and_compaction_are_not() 
                {"version": 5, "operation": "DELETE"},
                {"version": 6, "operation": "RESTORE"},
                {"version": 7, "operation": "WRITE", "operationParameters": {"mode": "Overwrite"}},
-               {"version": 8, "operation": "ADD COLUMNS"}]
+               {"version": 8, "operation": "ADD COLUMNS"},
+               # appendOnly unset, then the table replaced and refilled (delta-rs can do both)
+               {"version": 9, "operation": "UNSET TBLPROPERTIES",
+                "operationParameters": {"properties": '["delta.appendOnly"]'}},
+               {"version": 10, "operation": "CREATE OR REPLACE TABLE"},
+               {"version": 11, "operation": "WRITE", "operationParameters": {"mode": "Append"}},
+               {"version": 12, "operation": "UNSET TBLPROPERTIES",
+                "operationParameters": {"properties": '["delta.checkpointInterval"]'}}]
     found = check_ledger_history("runs", history)
     assert [(f.where, f.severity) for f in found] == [
         ("ledger/runs@v3", "tamper"), ("ledger/runs@v4", "tamper"), ("ledger/runs@v5", "tamper"),
-        ("ledger/runs@v6", "tamper"), ("ledger/runs@v7", "tamper"), ("ledger/runs@v8", "info")]
+        ("ledger/runs@v6", "tamper"), ("ledger/runs@v7", "tamper"), ("ledger/runs@v8", "info"),
+        ("ledger/runs@v9", "tamper"), ("ledger/runs@v10", "tamper"), ("ledger/runs@v12", "info")]
+    created = [{"version": 0, "operation": "CREATE OR REPLACE TABLE"}]  # a first creation
+    assert check_ledger_history("runs", created) == []
 
 
 def test_commits_missing_different_and_later_ones() -> None:
