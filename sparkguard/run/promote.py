@@ -171,13 +171,17 @@ def _still_holds_promotion(ctx: RunContext, state: RunState, st: TargetState,
 
 
 def _holds_shadow(ctx: RunContext, st: TargetState, window: DataFrame) -> bool:
-    """Every shadow row is in ``window`` (the target's window rows), unchanged; other rows may
-    be there too."""
+    """Every shadow row is in ``window`` (the target's window rows), unchanged, and alone under
+    its key; other rows may be there too. A key held twice (a MERGE matched a row of another
+    partition too, and updated both) or a column compared on neither side (typed differently
+    in the shadow and the target) does not hold it."""
     parts = ctx.window.partitions
     res = reconcile(spec_for_target(ctx.plan, st.spec),
                     shadow=bucketed(ctx, shadow_df(ctx, st, parts)),
                     target=bucketed(ctx, window), partitions=list(parts), scope="verification")
-    return res.preview is not None and res.preview.inserted == 0 and res.preview.changed == 0
+    pv = res.preview
+    return pv is not None and pv.inserted == 0 and pv.changed == 0 and pv.ambiguous == 0 \
+        and not pv.not_compared
 
 
 def _prepare_and_commit(ctx: RunContext, state: RunState, st: TargetState) -> int:

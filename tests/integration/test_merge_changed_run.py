@@ -93,3 +93,25 @@ def test_console_evidence_and_change_feed_agree(spark: Any, base_lake: Path, tmp
 
     delta_ops.restore(spark, ref, st.rollback_version)
     assert _sorted(delta_ops.read_table(spark, ref)) == before
+
+
+def test_keep_mode_refuses_a_key_the_target_window_holds_twice(
+        spark: Any, base_lake: Path, tmp_path: Path) -> None:
+    """The target window holds an order twice (in two partitions), the recomputation once. A
+    MERGE on the business key matches and updates both rows: the row the preview said was kept
+    is overwritten and the key is duplicated. Verification sees the key twice, restores the
+    rollback point and fails the run."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = TableRef(path=str(root / "target" / "orders_clean"))
+    one = (delta_ops.read_table(spark, ref).filter(F.col("order_date") == F.lit(WINDOW[0]))
+           .orderBy("order_id").limit(1))
+    (one.withColumn("order_date", F.lit(WINDOW[1])).withColumn("status", F.lit("OTHER"))
+     .write.format("delta").mode("append").save(ref.path))
+    before = _sorted(delta_ops.read_table(spark, ref))
+    plan = write_plan(root, lambda p: p["targets"][0].update(
+        merge={"when_not_matched_by_source": "keep"}), promotion="merge")
+    out = run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
+                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    assert out.exit_code == 1 and "does not equal the shadow" in out.message, out.message
+    assert out.targets["orders_clean"].restored
+    assert _sorted(delta_ops.read_table(spark, ref)) == before
