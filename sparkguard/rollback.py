@@ -346,6 +346,14 @@ def _record_in_evidence(prog: RunProgress, results: list[dict[str, Any]], actor:
         return
     path = Path(prog.evidence_path)
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if ledger is not None and isinstance(data.get("audit"), dict):
+        edits = _evidence_edits(ledger, prog.run_id, str(path), data)
+        if edits:  # re-hashing and re-sealing it would make the edits verify as intact
+            out(f"WARNING the evidence {path} does not match the ledger's record of it "
+                f"({'; '.join(edits[:3])}): it was edited after it was written, so it is left "
+                "as it is; the rollback is recorded in the ledger. Run `sparkguard verify "
+                f"--run-id {prog.run_id}` and restore the evidence from a trusted copy")
+            return
     entry = {"at": dt.datetime.now(dt.UTC).isoformat(), "by": actor, "forced": force,
              "targets": results}
     sg = data.setdefault("sparkguard", {})
@@ -369,6 +377,19 @@ def _record_in_evidence(prog: RunProgress, results: list[dict[str, Any]], actor:
         record_evidence_audit(audited, prog.run_id, str(path))
     atomic_write(path.with_suffix(".md"), render_markdown(data))
     out(f"rollback recorded in the evidence: {path}")
+
+
+def _evidence_edits(ledger: Ledger, run_id: str, path: str, data: Mapping[str, Any]
+                    ) -> list[str]:
+    """What ``verify`` would report as tampering in the evidence file, against the ledger's
+    newest record of it (delta-rs where it can serve)."""
+    from sparkguard.audit_trail import check_evidence
+    from sparkguard.state_read import read_state
+
+    records = read_state(ledger.home, lambda r: r.rows("evidence", "run_id", [run_id]),
+                         spark=lambda: ledger.spark)
+    return [f"{f.kind}: {f.detail}" for f in check_evidence(
+        path, data, records[-1] if records else None, audit_key()) if f.severity == "tamper"]
 
 
 def _reseal(data: dict[str, Any], run_id: str, ledger: Ledger) -> None:

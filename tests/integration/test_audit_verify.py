@@ -236,6 +236,26 @@ def test_rollback_reseals_and_an_out_of_band_restore_of_the_target_is_reported(
     assert later[1].startswith(f"INFO later_commit {target}@v{promoted + 2}: RESTORE")
 
 
+def test_rollback_leaves_evidence_edited_after_it_was_written_as_it_is(
+        base_lake: Path, tmp_path: Path, capsys: Any) -> None:
+    """Evidence edited by hand, then the run rolled back: the rollback restores the target but
+    does not re-hash (or re-seal) the edited file, which would record the edit in the ledger as
+    the evidence and make it verify intact."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    evidence = _run(root)
+    run_id = load_evidence(evidence)["sparkguard"]["run_id"]
+    _edit_gate_digit(evidence)
+    edited = evidence.read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert main(["rollback", "--run-id", run_id, "--home", str(root / "_sg")]) == 0
+    out = capsys.readouterr().out
+    assert f"WARNING the evidence {evidence} does not match the ledger's record" in out
+    assert "evidence_edited" in out
+    assert evidence.read_text(encoding="utf-8") == edited  # not rewritten, not re-hashed
+    code, lines = _verify(capsys, "--evidence", str(evidence))
+    assert code == 1 and [x.split()[1] for x in _tampers(lines)] == ["evidence_edited"]
+
+
 def test_ledger_written_before_auditing_keeps_working(spark: Any, tmp_path: Path,
                                                      capsys: Any) -> None:
     """Tables without the hash columns: old rows read as unchained (information), new events
