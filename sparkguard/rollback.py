@@ -60,7 +60,6 @@ class RollbackPoint:
     verified: bool = False
     recorded_rollback_version: int | None = None  # the ledger's, when the history moved it
 
-
     @property
     def ref(self) -> TableRef:
         return TableRef.parse(self.dataset)

@@ -78,8 +78,8 @@ class _Layout:
             getattr(dt, "collation", "UTF8_BINARY") != "UTF8_BINARY"
 
     def wide_decimal(self, i: int, side: int) -> bool:
-        """Metric ``i``'s input on ``side`` is a decimal of more than 18 digits: Spark sums it
-        as a ``decimal(38, s)``, which can overflow."""
+        """Metric ``i``'s input on ``side`` is a decimal of more than 18 digits: its sum is
+        taken as whole and fractional parts (``project._decimal_parts``)."""
         dt = self.metric_type(i, side)
         return isinstance(dt, T.DecimalType) and dt.precision > 18
 

@@ -100,13 +100,13 @@ def _l2_frame(spec: ReconcileSpec, lay: _Layout, l1: DataFrame) -> DataFrame:
             F.sum("__sg_n2").alias("__sg_n2")]
     aggs += [F.sum(F.shiftright(F.col(f"__sg_x{j // 62}"), j % 62).bitwiseAND(F.lit(1)))
              .alias(f"chg_{j}") for j in range(len(changed))]
-    aggs += [_fold_partial(c, partials) for c in partials]
+    aggs += [_fold_partial(c) for c in partials]
     aggs += [F.min(F.when(F.col("__sg_b") == b, F.col("__sg_v"))).alias(f"__sg_s{b}")
              for b in range(_BUCKETS)]
     return classified.groupBy(lay.p, "__sg_t", "__sg_k", "__sg_d").agg(*aggs)
 
 
-def _fold_partial(name: str, partials: Sequence[str]) -> Column:
+def _fold_partial(name: str) -> Column:
     """A level-1 partial folded; a wide decimal's sums (whole and fractional parts) with
     ``try_sum``, its overflow count adding the groups whose fold overflows here."""
     if name.endswith("_ovf"):

@@ -167,7 +167,7 @@ def _overflowed(value: Column) -> Column:
 def _decimal_parts(value: Column, dtype: T.DataType | None) -> tuple[Column, Column]:
     """A wide decimal split at its decimal point, both parts exact: whole numbers as
     ``decimal(p - s, 0)`` and the signed fraction as ``decimal(s + 1, s)``. Spark sums each
-    in a ``decimal(p - s + 10, 0)`` and a ``decimal(s + 11, s)``, so a running total of large
+    in a ``decimal(min(38, p - s + 10), 0)`` and a ``decimal(s + 11, s)``, so a running total of large
     values of both signs does not pass 38 digits where the total fits (``try_sum`` over the
     value itself gave up at the column's own range)."""
     assert isinstance(dtype, T.DecimalType)

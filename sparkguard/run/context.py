@@ -161,6 +161,17 @@ def record(ctx: RunContext, state: RunState, event: str, st: TargetState | None 
                           elapsed_s=ctx.elapsed(), **kw)
 
 
+def record_promoted(ctx: RunContext, state: RunState, st: TargetState, checked: int,
+                    found: int, **facts: Any) -> None:
+    """The promotion commit ``found`` recorded as landed, the rollback point the version just
+    before it (``checked``: the version the attempt read). The one place it is recorded."""
+    label = st.spec.label
+    st.rollback_version, st.promoted_version, st.checked_version = found - 1, found, checked
+    record(ctx, state, "promoted", st, version_read=found - 1, version_written=found,
+           promoted_versions={label: found}, rollback_versions={label: found - 1},
+           checked_version=checked, **facts)
+
+
 def notify(ctx: RunContext, state: RunState, event: str, **payload: Any) -> None:
     """Send ``event`` to every notifier; a failed delivery is printed, never raised."""
     errors = send_all(ctx.notifiers, event, ctx.plan.safeguards.downstream_notifications,

@@ -11,7 +11,14 @@ from sparkguard.errors import ConcurrentRunError, GateFailedError, SparkguardErr
 from sparkguard.plan.model import Promotion
 from sparkguard.reconcile.engine import reconcile, table_fingerprint
 from sparkguard.reconcile.spec import spec_for_target
-from sparkguard.run.context import RunContext, RunState, TargetState, notify, record
+from sparkguard.run.context import (
+    RunContext,
+    RunState,
+    TargetState,
+    notify,
+    record,
+    record_promoted,
+)
 from sparkguard.run.data import bucketed, fingerprints, job, shadow_df, target_df
 from sparkguard.run.stages import Promote
 from sparkguard.run.undo import restore_target
@@ -57,7 +64,7 @@ def _landed(ctx: RunContext, state: RunState, st: TargetState, checked: int, fou
             commits: Sequence[dict[str, Any]], **facts: object) -> None:
     """The promotion commit ``found`` is in the history: the rollback point becomes the version
     just before it when other writers committed after ``checked``; record it; compare the
-    window across that gap. The one place a landed promotion is recorded (fresh or resumed)."""
+    window across that gap (fresh or resumed)."""
     label = st.spec.label
     if found - 1 != checked:
         others = [c for c in delta_ops.foreign_commits(commits, state.run_id)
@@ -68,10 +75,7 @@ def _landed(ctx: RunContext, state: RunState, st: TargetState, checked: int, fou
                 f"is version {found - 1}, just before the promotion commit")
         st.notes.append(note)
         ctx.say(f"{label}: {note}")
-    st.rollback_version, st.promoted_version, st.checked_version = found - 1, found, checked
-    record(ctx, state, "promoted", st, version_read=found - 1, version_written=found,
-           promoted_versions={label: found}, rollback_versions={label: found - 1},
-           checked_version=checked, **facts)
+    record_promoted(ctx, state, st, checked, found, **facts)
     notify(ctx, state, "promoted", target=st.ref.display, version=found,
            rollback_version=found - 1)
     if found - 1 != checked:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from sparkguard import delta_ops
 from sparkguard.errors import SparkguardError
-from sparkguard.run.context import RunContext, RunState, TargetState, notify, record
+from sparkguard.run.context import (
+    RunContext,
+    RunState,
+    TargetState,
+    notify,
+    record,
+    record_promoted,
+)
 from sparkguard.run.data import fingerprints, job, target_df
 
 __all__ = ["RestoreFailedError", "restore_promoted", "restore_target"]
@@ -79,11 +86,7 @@ def _landed_unrecorded(ctx: RunContext, state: RunState, st: TargetState) -> Non
             "table history by its userMetadata)")
     st.notes.append(note)
     ctx.say(f"{label}: {note}")
-    st.rollback_version, st.promoted_version, st.checked_version = found - 1, found, checked
-    st.verified = False
-    record(ctx, state, "promoted", st, version_read=found - 1, version_written=found,
-           promoted_versions={label: found}, rollback_versions={label: found - 1},
-           checked_version=checked, found_in_history=True)
+    record_promoted(ctx, state, st, checked, found, found_in_history=True)
 
 
 def restore_promoted(ctx: RunContext, state: RunState, cause: BaseException) -> list[str]:
