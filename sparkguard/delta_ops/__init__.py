@@ -27,6 +27,7 @@ from sparkguard.delta_ops.commits import (
     foreign_commits,
     history,
     listed_commits,
+    promoted_since,
     promotion_state,
     user_metadata,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "post_commit_failed",
     "promote_merge",
     "promote_replace_where",
+    "promoted_since",
     "promotion_state",
     "read_table",
     "read_version",

@@ -15,8 +15,7 @@ from sparkguard.sql import TableRef, describe_history_statement
 
 __all__ = ["DATA_NEUTRAL_OPERATIONS", "PromotionState", "commit_metadata", "commits_since",
            "current_version", "find_commit", "foreign_commits", "history", "listed_commits",
-           "promotion_state",
-           "user_metadata"]
+           "promoted_since", "promotion_state", "user_metadata"]
 
 
 def history(spark: SparkSession, ref: TableRef, limit: int | None = None) -> DataFrame:
@@ -146,3 +145,10 @@ def promotion_state(commits: Sequence[dict[str, Any]], run_id: str, label: str) 
             promoted = None
             undone += 1
     return PromotionState(promoted, undone, tuple(foreign), promotes)
+
+
+def promoted_since(spark: SparkSession, ref: TableRef, version: int, run_id: str,
+                   label: str) -> int | None:
+    """The version of ``run_id``'s promotion of ``label`` in the commits after ``version``,
+    unless a later restore of the run undid it."""
+    return promotion_state(commits_since(spark, ref, version), run_id, label).promoted_version

@@ -20,11 +20,9 @@ def visit_reconcile(stage: Reconcile, ctx: RunContext, state: RunState) -> None:
     # after a crash past the promotion commit, reconcile against the version before it,
     # so the change preview still shows what the promotion changed
     version: int | None = None
-    if st.rollback_version is not None:  # resumed after the rollback point was recorded
-        commits = delta_ops.commits_since(ctx.spark, st.ref, st.rollback_version)
-        if delta_ops.promotion_state(commits, state.run_id,
-                                     st.spec.label).promoted_version is not None:
-            version = st.rollback_version
+    if st.rollback_version is not None and delta_ops.promoted_since(  # resumed past it
+            ctx.spark, st.ref, st.rollback_version, state.run_id, st.spec.label) is not None:
+        version = st.rollback_version
     if version is None:
         version = delta_ops.current_version(ctx.spark, st.ref)
     reconcile_window(ctx, state, st, version)

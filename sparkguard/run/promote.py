@@ -231,8 +231,8 @@ def _landed_anyway(ctx: RunContext, state: RunState, st: TargetState, current: i
     commit, a post-commit hook that failed)? Then the run goes on to record and verify it;
     otherwise a failure would leave a promotion the ledger and the restore never heard of."""
     try:
-        found = delta_ops.promotion_state(delta_ops.commits_since(ctx.spark, st.ref, current),
-                                          state.run_id, st.spec.label).promoted_version
+        found = delta_ops.promoted_since(ctx.spark, st.ref, current, state.run_id,
+                                         st.spec.label)
     except Exception:  # the history cannot be read now: the promotion's own error is the story
         return False
     if found is None:

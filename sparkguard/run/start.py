@@ -184,8 +184,8 @@ def last_step(ctx: RunContext, state: RunState, prev: RunProgress) -> str:
         tp = prev.targets.get(label)
         if tp is None or tp.rollback_version is None or tp.promoted_version is not None:
             continue
-        commits = delta_ops.commits_since(ctx.spark, st.ref, tp.rollback_version)
-        found = delta_ops.promotion_state(commits, prev.run_id, label).promoted_version
+        found = delta_ops.promoted_since(ctx.spark, st.ref, tp.rollback_version, prev.run_id,
+                                         label)
         if found is not None:
             step = (f"promotion commit of {label} at version {found}, found in the table "
                     f"history; the ledger's newest event is {step}")

@@ -78,8 +78,7 @@ def _landed_unrecorded(ctx: RunContext, state: RunState, st: TargetState) -> Non
     the rollback point just before it (commits of other writers in between stay)."""
     assert st.rollback_version is not None
     label, checked = st.spec.label, st.rollback_version
-    found = delta_ops.promotion_state(delta_ops.commits_since(ctx.spark, st.ref, checked),
-                                      state.run_id, label).promoted_version
+    found = delta_ops.promoted_since(ctx.spark, st.ref, checked, state.run_id, label)
     if found is None:
         return
     note = (f"the promotion commit landed at version {found} before the failure (found in the "
