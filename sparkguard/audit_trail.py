@@ -35,6 +35,7 @@ __all__ = [
     "check_ledger_history",
     "commit_record",
     "evidence_digest",
+    "evidence_record",
     "seal_digest",
 ]
 
@@ -124,6 +125,37 @@ def attach_audit(data: dict[str, Any], *, home: str, chains: Mapping[str, Any],
 
 
 # -- checks -------------------------------------------------------------------------------------
+
+
+def evidence_record(where: str, data: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
+                    ) -> tuple[Mapping[str, Any] | None, list[Finding]]:
+    """The ledger record (``records``: the run's, oldest first) to check one evidence document
+    against: the newest, or an earlier one whose content hash the document matches exactly (a
+    genuine copy taken before a rollback rewrote the evidence), reported as superseded."""
+    if not records:
+        return None, []
+    newest = records[-1]
+    if not isinstance(data.get("audit"), dict):
+        return newest, []
+    root = evidence_digest(data)[1]
+    if root == newest.get("content_hash"):
+        return newest, []
+    for older in reversed(records[:-1]):
+        if older.get("content_hash") == root:
+            return older, [Finding(
+                "evidence_superseded", where,
+                f"a genuine earlier copy: it matches the ledger's evidence record of "
+                f"{_utc(older.get('at'))}; the run's evidence was rewritten since (newest record "
+                f"{_utc(newest.get('at'))}, by a rollback): verify the current file for the "
+                "run's outcome", "info")]
+    return newest, []
+
+
+def _utc(at: Any) -> str:
+    """A ledger instant (naive values are local time, as PySpark reads them) in UTC."""
+    if isinstance(at, dt.datetime):
+        return at.astimezone(dt.UTC).isoformat(timespec="seconds")
+    return str(at)
 
 
 def check_evidence(where: str, data: Mapping[str, Any], record: Mapping[str, Any] | None,

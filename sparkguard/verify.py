@@ -32,6 +32,7 @@ from sparkguard.audit_trail import (
     check_commits,
     check_evidence,
     check_ledger_history,
+    evidence_record,
 )
 from sparkguard.errors import EXIT_OK, EXIT_USAGE, SparkguardError
 from sparkguard.evidence import load_evidence
@@ -229,7 +230,8 @@ def _check_run(run_id: str, ev: _Evidence | None, data: _Read, key: bytes | None
     if ev is None:
         return found
     records = [r for r in data.rows["evidence"] if r["run_id"] == run_id]
-    found += check_evidence(ev.path, ev.data, records[-1] if records else None, key)
+    record, found_record = evidence_record(ev.path, ev.data, records)
+    found += found_record + check_evidence(ev.path, ev.data, record, key)
     if records and not records[-1].get("seal") and any(r.get("seal") for r in records[:-1]):
         found.append(Finding("seal_mismatch", ev.path, "the ledger recorded this evidence sealed, "
                              "its newest record is unsealed: rewritten without the key (by an "

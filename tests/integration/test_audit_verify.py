@@ -221,11 +221,23 @@ def test_rollback_reseals_and_an_out_of_band_restore_of_the_target_is_reported(
     target = root / "target" / "orders_clean"
     data = load_evidence(evidence)
     promoted = data["sparkguard"]["targets"][0]["promoted_version"]
+    earlier = tmp_path / "sent-to-the-auditor-before-the-rollback.yaml"
+    shutil.copy(evidence, earlier)
     assert main(["rollback", "--run-id", data["sparkguard"]["run_id"],
                  "--home", str(root / "_sg")]) == 0
     code, lines = _verify(capsys, "--evidence", str(evidence))
     assert code == 0, lines
     assert load_evidence(evidence)["sparkguard"]["rollbacks"]
+    assert not [x for x in lines if "evidence_superseded" in x]
+    # the copy taken before the rollback is genuine, not tampered: it matches the ledger's
+    # earlier evidence record and is reported as superseded by the newest one
+    code, lines = _verify(capsys, "--home", str(root / "_sg"), "--evidence", str(earlier))
+    assert code == 0 and not _tampers(lines), lines
+    assert [x.split()[:2] for x in lines if "superseded" in x] == [
+        ["INFO", "evidence_superseded"]]
+    _edit_gate_digit(earlier)  # an edited earlier copy is still tampering
+    code, lines = _verify(capsys, "--home", str(root / "_sg"), "--evidence", str(earlier))
+    assert code == 1 and {x.split()[1] for x in _tampers(lines)} == {"evidence_edited"}, lines
     assert [x.split()[1] for x in lines if x.startswith("INFO later_commit")] == [
         "later_commit"]
     _sql(spark, f"RESTORE TABLE delta.`{target}` TO VERSION AS OF {promoted}")

@@ -23,6 +23,7 @@ from sparkguard.audit_trail import (
     check_ledger_history,
     commit_record,
     evidence_digest,
+    evidence_record,
 )
 from sparkguard.doc_io import dump_yaml
 from sparkguard.ledger_model import chained_hash
@@ -49,6 +50,26 @@ def test_content_hash_survives_the_yaml_round_trip_and_verifies_clean() -> None:
     assert evidence_digest(data) == (leaves, root)
     record = {"content_hash": root, "seal": data["audit"]["seal"], "leaves": leaves}
     assert [f for f in check_evidence("e.yaml", data, record, b"k") if f.severity == "tamper"] == []
+
+
+def test_an_earlier_genuine_copy_is_checked_against_its_own_record_and_said_superseded(
+        ) -> None:
+    data, leaves, root = _sealed()
+    older = {"at": dt.datetime(2025, 1, 1, 1, 0, tzinfo=dt.UTC), "content_hash": root,
+             "seal": data["audit"]["seal"], "leaves": leaves}
+    newest = {"at": dt.datetime(2025, 1, 1, 2, 0, tzinfo=dt.UTC), "content_hash": "c" * 64,
+              "seal": "d" * 64, "leaves": {}}
+    record, found = evidence_record("e.yaml", data, [older, newest])
+    assert record is older and [(f.kind, f.severity) for f in found] == [
+        ("evidence_superseded", "info")]
+    assert "2025-01-01T01:00:00+00:00" in found[0].detail
+    assert [f for f in check_evidence("e.yaml", data, record, b"k") if f.severity == "tamper"] \
+        == []
+    assert evidence_record("e.yaml", data, [newest, older]) == (older, [])  # it is the newest
+    data["release_gate_evidence"]["owner"] = "mallory"  # an edited copy matches no record
+    record, found = evidence_record("e.yaml", data, [older, newest])
+    assert record is newest and found == []
+    assert evidence_record("e.yaml", data, []) == (None, [])
 
 
 def test_one_digit_changed_names_the_field() -> None:
