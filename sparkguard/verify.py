@@ -227,9 +227,16 @@ def _check_run(run_id: str, ev: _Evidence | None, data: _Read, key: bytes | None
                                  "this ledger (another --home?), or the run's events were removed"))
         head = chains.get(name) if name != "evidence" else None
         found += check_chain(name, f"run {run_id}", events, [head] if head else [])
+    records = [r for r in data.rows["evidence"] if r["run_id"] == run_id]
+    named = [d["evidence_path"] for e in data.rows["runs"] if e["run_id"] == run_id
+             and e.get("event_hash") and (d := e.get("details") or {}).get("evidence_path")]
+    if named and not records:  # a run records its evidence before naming it in a run event
+        found.append(Finding("evidence_record_missing", f"run {run_id}",
+                             f"the run's chained events name the evidence it wrote ({named[-1]}), "
+                             "but the ledger holds no evidence record of the run (the ledger's "
+                             "evidence table, or the run's rows in it, removed)"))
     if ev is None:
         return found
-    records = [r for r in data.rows["evidence"] if r["run_id"] == run_id]
     record, found_record = evidence_record(ev.path, ev.data, records)
     found += found_record + check_evidence(ev.path, ev.data, record, key)
     if records and not records[-1].get("seal") and any(r.get("seal") for r in records[:-1]):

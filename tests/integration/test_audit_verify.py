@@ -516,3 +516,30 @@ def test_lock_table_recreated_without_the_targets_events_loses_the_recorded_head
     assert code == 1, lines
     assert any(x.startswith(f"TAMPER head_missing locks[target {target}]")
                for x in _tampers(lines)), lines
+
+
+def test_evidence_table_removed_and_the_seal_stripped_is_not_intact(
+        copied: tuple[Path, Path], capsys: Any, monkeypatch: Any) -> None:
+    """An editor removes the ledger's evidence records (the whole table), edits the file,
+    recomputes its content hash and leaves it unsealed: the run's own chained events name the
+    evidence it wrote, so the missing record is tampering, with the key set or not."""
+    import yaml
+
+    from sparkguard.audit_trail import attach_audit
+
+    ev, home = copied
+    data = load_evidence(ev)
+    section = data.pop("audit")
+    data["release_gate_evidence"]["owner"] = "mallory@example.com"
+    attach_audit(data, home=section["ledger_home"], chains=section["chains"],
+                 commits=section["commits"], key=None)
+    ev.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    shutil.rmtree(home / "ledger" / "evidence")
+    for key in (None, KEY):
+        if key:
+            monkeypatch.setenv(AUDIT_KEY_ENV, key)
+        code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+        assert code == 1, lines
+        run_id = data["sparkguard"]["run_id"]
+        assert [x.split(":")[0] for x in _tampers(lines)] == [
+            f"TAMPER evidence_record_missing run {run_id}"], lines
