@@ -154,7 +154,7 @@ def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any]
     row: dict[str, Any] = {"partition": part}
     for k, src in (("rows_source", "rows_source"), ("rows_shadow", "rows_shadow"),
                    ("rows_target", "rows_target"), ("dup_shadow", "dup_shadow"),
-                   ("dup_source", "dup_source")):
+                   ("dup_source", "dup_source"), ("dup_target", "dup_target")):
         row[k] = int(r.get(src) or 0)
     for j, c in enumerate(spec.not_null):
         row[f"null_{c}"] = int(r.get(f"__sg_z{j}") or 0)

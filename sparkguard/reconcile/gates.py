@@ -163,6 +163,8 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
             reason=(f"{dups} business key(s) ({keys}) occur more than once in the shadow; "
                     f"threshold {thr.describe()}"),
             details={"source_duplicate_keys": sum(s.duplicate_keys_source for s in stats)}))
+    if spec.merge_keys and has_target:
+        gates.append(_merge_target_keys_gate(spec, rows))
     for cols, n in (extra_duplicates or {}).items():
         thr = spec.extra_duplicate_threshold(cols)
         gates.append(GateResult(
@@ -187,6 +189,23 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
             measured=None, threshold=0, expected=0,
             reason=f"{unknown_column_reason(col, near, 'the shadow')}; fix contract.not_null"))
     return stats, gates
+
+
+def _merge_target_keys_gate(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]]
+                            ) -> GateResult:
+    """A MERGE matches on the business keys: a key of the shadow that the target's window holds
+    more than once (in one partition) would update every copy, so the target would keep the
+    duplicate. Always exact; ``replace_where`` replaces the window and has no such gate."""
+    n = sum(int(r.get("dup_target") or 0) for r in rows)
+    keys = ", ".join(spec.business_keys)
+    return GateResult(
+        gate="merge_target_keys", check_type="duplicate_check", passed=n == 0,
+        measured={"duplicate_keys": n}, threshold=0, expected=0,
+        reason=(f"{n} business key(s) ({keys}) of the shadow occur more than once in the "
+                "target's window: a MERGE would update every copy and keep the duplicates. "
+                "Promote with replace_where, or remove the target's duplicates first"
+                if n else f"every business key ({keys}) of the shadow matches at most one row "
+                "of the target's window"))
 
 
 def _duplicates_ok(n: int, rows: int, thr: ThresholdSpec) -> bool:

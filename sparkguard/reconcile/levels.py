@@ -98,6 +98,10 @@ def _l2_frame(spec: ReconcileSpec, lay: _Layout, l1: DataFrame) -> DataFrame:
         F.when(sampled, value).alias("__sg_v"), bucket.alias("__sg_b"), *partials)
     aggs = [F.count(F.lit(1)).alias("__sg_cnt"), F.sum("__sg_n1").alias("__sg_n1"),
             F.sum("__sg_n2").alias("__sg_n2")]
+    if lay.has_target:  # keys of the shadow the target holds more than once: a MERGE would
+        # match (and update) every one of those rows
+        aggs.append(F.sum(F.when((F.col("__sg_n1") > 0) & (F.col("__sg_n2") > 1), 1)
+                          .otherwise(0)).alias("__sg_dt"))
     aggs += [F.sum(F.shiftright(F.col(f"__sg_x{j // 62}"), j % 62).bitwiseAND(F.lit(1)))
              .alias(f"chg_{j}") for j in range(len(changed))]
     aggs += [_fold_partial(c) for c in partials]
@@ -129,7 +133,8 @@ def _fold_groups(lay: _Layout, groups: Sequence[Mapping[str, Any]]) -> list[dict
         counts: dict[str, int] = {}
         kinds: list[str] = []
         if tag == _TAG_KEY:
-            counts = {"rows_shadow": n1, "rows_target": n2}
+            counts = {"rows_shadow": n1, "rows_target": n2,
+                      "dup_target": int(g.get("__sg_dt") or 0)}
             if kind in _K_COUNTS:
                 counts[_K_COUNTS[kind]] = cnt
             kinds = [_K_SAMPLED[kind]] if kind in _K_SAMPLED else []

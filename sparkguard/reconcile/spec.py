@@ -80,6 +80,9 @@ class ReconcileSpec:
     extra_duplicate_keys: tuple[tuple[str, ...], ...] = field(default=())
     # each extra key set's own threshold, by position; missing ones are exact (0 duplicates)
     extra_duplicate_thresholds: tuple[ThresholdSpec, ...] = field(default=())
+    # the promotion matches target rows on the business keys (MERGE): a key of the shadow held
+    # more than once by the target's window fails the ``merge_target_keys`` gate
+    merge_keys: bool = False
 
     def extra_duplicate_threshold(self, cols: tuple[str, ...]) -> ThresholdSpec:
         """The threshold of the extra duplicate check on ``cols``."""
@@ -148,6 +151,7 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
         key_source=key_source,
         extra_duplicate_keys=tuple(extra_dups),
         extra_duplicate_thresholds=tuple(extra_thresholds),
+        merge_keys=target.promotion is not Promotion.REPLACE_WHERE,
     )
 
 

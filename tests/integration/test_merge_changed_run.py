@@ -115,3 +115,32 @@ def test_keep_mode_refuses_a_key_the_target_window_holds_twice(
     assert out.exit_code == 1 and "does not equal the shadow" in out.message, out.message
     assert out.targets["orders_clean"].restored
     assert _sorted(delta_ops.read_table(spark, ref)) == before
+
+
+def test_a_key_the_target_holds_twice_in_a_partition_fails_its_gate_before_any_commit(
+        spark: Any, base_lake: Path, tmp_path: Path) -> None:
+    """The target's window holds an order twice in its own partition (an earlier run appended
+    it twice), the recomputation once. A MERGE would update both copies and keep the duplicate:
+    the ``merge_target_keys`` gate fails at reconciliation and nothing is committed; the same
+    lake promoted with replace_where repairs it."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = TableRef(path=str(root / "target" / "orders_clean"))
+    (delta_ops.read_table(spark, ref).filter(F.col("order_date") == F.lit(WINDOW[1]))
+     .orderBy("order_id").limit(1).write.format("delta").mode("append").save(ref.path))
+    appended = delta_ops.current_version(spark, ref)
+    plan = write_plan(root, promotion="merge_changed")
+    out = run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
+                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    assert out.exit_code == 1, out.message
+    assert delta_ops.current_version(spark, ref) == appended  # no promotion, no restore
+    assert out.evidence_path is not None
+    gates = load_evidence(out.evidence_path)["sparkguard"]["gates"]
+    (gate,) = [g for g in gates if g["gate"] == "merge_target_keys"]
+    assert not gate["passed"] and gate["measured"] == {"duplicate_keys": 1}, gate
+    assert "replace_where" in gate["reason"]
+    fixed = write_plan(root, name="plan-replace.yaml")
+    out = run_backfill(spark, load_plan(fixed), str(fixed), home=str(root / "_sg"),
+                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    assert out.exit_code == EXIT_OK, out.message
+    window = delta_ops.read_table(spark, ref).filter(F.col("order_date") == F.lit(WINDOW[1]))
+    assert window.groupBy("order_id").count().filter(F.col("count") > 1).count() == 0

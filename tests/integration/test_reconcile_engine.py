@@ -219,6 +219,13 @@ def check(result: ReconcileResult, spec: ReconcileSpec, ref: Ref, shadow: list[d
         assert close(g.measured["value"], metric_ref(m.aggregation, [r[m.shadow_expr] for r in shadow]))
         ref_rows = sides[ref_side]
         assert close(g.expected, metric_ref(m.aggregation, [r[m.shadow_expr] for r in ref_rows]))
+    matched_twice = sum(1 for key, rows in ref.groups["target"].items()
+                        if len(rows) > 1 and ref.groups["shadow"].get(key))
+    if spec.merge_keys:  # a key of the shadow the target's window holds twice (per partition)
+        gate = window_gates["merge_target_keys"]
+        assert (gate.measured["duplicate_keys"], gate.passed) == (matched_twice, not matched_twice)
+    else:
+        assert "merge_target_keys" not in window_gates
     for cols in spec.extra_duplicate_keys:
         n = sum(1 for v in Counter(tuple(r[c] for c in cols) for r in shadow).values() if v > 1)
         assert window_gates[f"duplicate_check[{','.join(cols)}]"].measured["duplicate_keys"] == n
@@ -248,17 +255,19 @@ def check(result: ReconcileResult, spec: ReconcileSpec, ref: Ref, shadow: list[d
                                                                  HealthCheck.data_too_large])
 @given(data=tables(), source=st.one_of(st.none(), st.lists(row_strategy(), max_size=6)),
        key_source=st.booleans(), count_distinct=st.booleans(), extra_dups=st.booleans(),
-       trim=st.booleans())
+       trim=st.booleans(), merge=st.booleans())
 def test_engine_agrees_with_brute_force(spark: Any, data: tuple[list[Any], list[Any]],
                                         source: list[Any] | None, key_source: bool,
-                                        count_distinct: bool, extra_dups: bool, trim: bool) -> None:
+                                        count_distinct: bool, extra_dups: bool, trim: bool,
+                                        merge: bool) -> None:
     target_rows, shadow_rows = data
     spec = ReconcileSpec(
         partition_column="p", partition_type=PartitionType.DATE, business_keys=("k",),
         row_count=ThresholdSpec(percent=0.0), row_count_per_partition=True,
         metrics=(*METRICS, *((CD, CD_WINDOW) if count_distinct else ())), not_null=("s", "i"),
         float_abs_tolerance=TOL, float_rel_tolerance=TOL, ignore_trailing_spaces=trim,
-        key_source=key_source, extra_duplicate_keys=((("k",),) if extra_dups else ()))
+        key_source=key_source, extra_duplicate_keys=((("k",),) if extra_dups else ()),
+        merge_keys=merge)
 
     def frame(rows: list[Any]) -> Any:
         return spark.createDataFrame(rows, SCHEMA)
