@@ -27,6 +27,9 @@ from sparkguard.ledger_records import (
     audit_body,
     chained_hash,
     decode_row,
+    instant,
+    local_time,
+    plus,
 )
 
 __all__ = [
@@ -44,10 +47,13 @@ __all__ = [
     "audit_body",
     "chained_hash",
     "decode_row",
+    "instant",
+    "local_time",
     "lock_decision",
     "lock_holders",
     "next_action",
     "pid_alive",
+    "plus",
     "run_progress",
 ]
 
@@ -222,7 +228,7 @@ class LockInfo:
 
     def describe(self) -> str:
         return (f"run {self.run_id} (owner {self.owner or '?'}, host {self.host or '?'} pid "
-                f"{self.pid}, since {self.at:%Y-%m-%d %H:%M:%S} UTC)")
+                f"{self.pid}, since {instant(self.at):%Y-%m-%d %H:%M:%S} UTC)")
 
 
 def lock_holders(rows: Iterable[dict[str, Any]]) -> dict[str, LockInfo]:
@@ -234,7 +240,8 @@ def lock_holders(rows: Iterable[dict[str, Any]]) -> dict[str, LockInfo]:
                         pid=r.get("pid"), token=r["token"],
                         event_hash=r.get("event_hash"))
         cur = out.get(info.target)
-        if cur is None or (info.generation, info.at) > (cur.generation, cur.at):
+        if cur is None or (info.generation, instant(info.at)) > (cur.generation,
+                                                                 instant(cur.at)):
             out[info.target] = info
     return out
 
@@ -280,8 +287,8 @@ def lock_decision(holder: LockInfo | None, *, run_id: str, token: str, host: str
         alive = pid_alive(holder.pid) if same_host else True
     if same_host and not alive and holder.run_id == run_id:
         return "resume", f"process {holder.pid} that held it is gone"
-    idle_since = max(holder.at, last_activity) if last_activity else holder.at
-    idle = (now - idle_since).total_seconds()
+    idle_since = max([instant(holder.at), *([instant(last_activity)] if last_activity else [])])
+    idle = (instant(now) - idle_since).total_seconds()  # instants: drivers in other zones
     where = (f"its process {holder.pid} is gone" if same_host and not alive else
              "it is alive" if same_host else "on another host")
     if takeover and idle >= stale_after_s:

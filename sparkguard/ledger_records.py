@@ -7,13 +7,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sparkguard import audit
 
 __all__ = ["AUDIT_JSON", "CHAIN_ORDER", "CLOCK", "RUN_STATES", "TARGET_EVENTS", "TERMINAL_STATES",
-           "MonotonicClock", "audit_body", "chained_hash", "decode_row"]
+           "MonotonicClock", "audit_body", "chained_hash", "decode_row", "instant", "local_time",
+           "plus"]
 
 
 # The run state machine; docs/state-machine.md explains each state and what a re-run does.
@@ -45,27 +46,55 @@ TARGET_EVENTS = frozenset({"reconciled", "target_moved", "promoting", "promoted"
                            "restored"})
 
 
-class MonotonicClock:
-    """UTC now (naive), strictly increasing within this process: chained events (ledger and
-    publish control alike) keep their order even when the wall clock repeats or steps back."""
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_SECOND = dt.timedelta(seconds=1)
 
-    def __init__(self) -> None:
+
+def instant(value: dt.datetime) -> dt.datetime:
+    """A timestamp as an aware UTC instant. A naive value is local time, as PySpark reads a
+    timestamp back and writes a naive one (its ``fold`` says which of a repeated hour)."""
+    return value.astimezone(dt.UTC)
+
+
+def local_time(value: dt.datetime) -> dt.datetime:
+    """An instant as the naive local time PySpark's ``collect()`` gives for it (``fold`` set in
+    a repeated hour, so :func:`instant` maps it back exactly)."""
+    moment = instant(value)
+    seconds = (moment - _EPOCH) // _SECOND
+    return dt.datetime.fromtimestamp(seconds).replace(microsecond=moment.microsecond)
+
+
+def plus(value: dt.datetime, delta: dt.timedelta) -> dt.datetime:
+    """``value + delta`` counted on the instant (naive arithmetic drops ``fold``)."""
+    return local_time(instant(value) + delta)
+
+
+class MonotonicClock:
+    """Now, as naive local time (what PySpark reads back, so it compares with what was read),
+    strictly increasing in UTC within this process: chained events (ledger and publish control
+    alike) keep their order even when the wall clock repeats or steps back. Writers hand the
+    tables the instant (:func:`instant`), so the stored UTC value is right in any driver zone."""
+
+    def __init__(self, source: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
+                 ) -> None:
         self._lock = threading.Lock()
-        self._last: dt.datetime | None = None
+        self._last: dt.datetime | None = None  # aware UTC
+        self.source = source
 
     def now(self) -> dt.datetime:
         """The next instant, at least 1 µs after every earlier one."""
         with self._lock:
-            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            now = instant(self.source())
             if self._last is not None and now <= self._last:
                 now = self._last + dt.timedelta(microseconds=1)
             self._last = now
-            return now
+            return local_time(now)
 
     def advance_past(self, instants: Iterable[dt.datetime]) -> None:
         """Later calls to :meth:`now` come after each of ``instants``."""
         with self._lock:
-            self._last = max([*([self._last] if self._last else []), *instants])
+            self._last = max([*([self._last] if self._last else []),
+                              *(instant(v) for v in instants)])
 
 
 CLOCK = MonotonicClock()
@@ -93,7 +122,7 @@ def audit_body(table: str, row: dict[str, Any], *, raw_json: bool = False) -> di
         if k in audit.HASH_FIELDS or (v is None and k in LATER_COLUMNS.get(table, ())):
             continue
         if isinstance(v, dt.datetime):
-            v = v.astimezone(dt.UTC)
+            v = instant(v)
         elif raw_json and k in AUDIT_JSON.get(table, ()) and isinstance(v, str):
             v = decode_row({k: v}, k)[k]
         out[k] = v

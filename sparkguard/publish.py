@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparkguard.ledger_model import CLOCK
+from sparkguard.ledger_model import CLOCK, instant, plus
 from sparkguard.sql import IDENTIFIER_RE, TableRef, UnsafeSQLError, quote_identifier
 
 # No pyspark at import: downstream jobs import this module for :func:`is_paused` with only
@@ -75,9 +75,11 @@ class PublishStatus:
 
     def describe(self) -> str:
         if not self.paused:
-            since = f" since {self.last_change:%Y-%m-%d %H:%M:%S} UTC" if self.last_change else ""
+            since = (f" since {instant(self.last_change):%Y-%m-%d %H:%M:%S} UTC"
+                     if self.last_change else "")
             return f"{self.target}: open{since}"
-        held = "; ".join(f"{h['hold']} by {h.get('actor') or '?'} at {h['at']:%Y-%m-%d %H:%M:%S}"
+        held = "; ".join(f"{h['hold']} by {h.get('actor') or '?'} at "
+                         f"{instant(h['at']):%Y-%m-%d %H:%M:%S}"
                          f" UTC ({h.get('reason') or 'no reason given'})"
                          + (f" as {h['target']}" if h.get("target", self.target) != self.target
                             else "") for h in self.holds)
@@ -222,7 +224,7 @@ class PublishControl:
         chained = []
         step = dt.timedelta(microseconds=1)
         for i, r in enumerate(rows):
-            row = (*r[:3], r[3] + i * step, *r[4:])
+            row = (*r[:3], plus(r[3], i * step), *r[4:])
             prev = heads.get(row[0])
             h = chained_hash("publish", dict(zip(names, row, strict=True)), prev)
             heads[row[0]] = h

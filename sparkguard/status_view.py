@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sparkguard.ledger_model import RunProgress, next_action, run_progress
+from sparkguard.ledger_model import RunProgress, instant, next_action, run_progress
 
 if TYPE_CHECKING:
     from sparkguard.publish import PublishStatus
@@ -22,7 +22,7 @@ def render_runs(runs: Sequence[RunProgress], home: str) -> str:
         return f"no runs in the ledger at {home}"
     return "\n".join(
         f"{prog.run_id}  {prog.state:<13} plan={prog.plan_name} "
-        f"started={prog.started_at:%Y-%m-%d %H:%M:%S} "
+        f"started={instant(prog.started_at):%Y-%m-%d %H:%M:%S} "
         f"{'dry-run ' if prog.dry_run else ''}next: {next_action(prog)}" for prog in runs)
 
 
@@ -43,13 +43,13 @@ def render_run(events: Sequence[dict[str, Any]], slices: Sequence[dict[str, Any]
             ("source", "source_version"), ("read", "target_version_read"),
             ("written", "target_version_written")) if e.get(c) is not None)
         extra = (e["details"] or {}).get("error") or ""
-        out.append(f"  {e['at']:%Y-%m-%d %H:%M:%S} +{e.get('elapsed_s') or 0:7.1f}s "
+        out.append(f"  {instant(e['at']):%Y-%m-%d %H:%M:%S} +{e.get('elapsed_s') or 0:7.1f}s "
                    f"{e['state']:<15} {tlabel:<14} {versions} {extra[:120]}".rstrip())
     if slices:
         out.append("slices:")
     for sl in slices:
         failed = [g["gate"] for g in sl["gates"] if not g.get("passed")]
-        out.append(f"  {sl['at']:%Y-%m-%d %H:%M:%S} {sl['target']} #{sl['slice_id']} "
+        out.append(f"  {instant(sl['at']):%Y-%m-%d %H:%M:%S} {sl['target']} #{sl['slice_id']} "
                    f"{', '.join(json.loads(sl['partitions']))}: {sl['state']}, {sl['rows']} "
                    f"rows, {sl['elapsed_s'] or 0:.1f}s"
                    + (f"; failed: {', '.join(failed)}" if failed else ""))

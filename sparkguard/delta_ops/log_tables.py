@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import StructField, StructType, TimestampType
 
 from sparkguard import compat
 from sparkguard.delta_ops.conflicts import post_commit_failed, with_conflict_retry
@@ -82,6 +83,22 @@ def create_log_table(spark: SparkSession, path: str, schema: StructType) -> bool
 _LITERAL_ROWS = 64  # above this, a batch goes through createDataFrame (one Python job)
 
 
+def _instants(schema: StructType, rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """Naive datetimes of ``TIMESTAMP`` fields as aware UTC instants. PySpark would read a naive
+    one as local time through ``time.mktime``, which ignores ``fold`` (the repeated autumn
+    hour) and shifts a time that does not exist (the skipped spring hour); an aware one it
+    converts exactly. Naive values are local time, as PySpark reads timestamps back."""
+    stamps = [i for i, f in enumerate(schema.fields) if isinstance(f.dataType, TimestampType)]
+    out = []
+    for row in rows:
+        values = list(row)
+        for i in stamps:
+            if isinstance(values[i], dt.datetime) and values[i].tzinfo is None:
+                values[i] = values[i].astimezone(dt.UTC)
+        out.append(tuple(values))
+    return out
+
+
 def append_rows(spark: SparkSession, path: str, schema: StructType,
                 rows: Sequence[Sequence[Any]], txn: tuple[str, int] | None = None,
                 metadata: str | None = None, merge_schema: bool = False) -> None:
@@ -89,6 +106,7 @@ def append_rows(spark: SparkSession, path: str, schema: StructType,
     the write when that txnAppId already committed that txnVersion or a later one;
     ``metadata`` becomes the commit's userMetadata; ``merge_schema`` adds the schema's new
     columns to an older table."""
+    rows = _instants(schema, rows)
     frame = (literal_frame(spark, schema, rows) if len(rows) <= _LITERAL_ROWS
              else spark.createDataFrame([tuple(r) for r in rows], schema).coalesce(1))
     writer = frame.write.format("delta").mode("append")

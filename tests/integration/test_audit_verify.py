@@ -543,3 +543,50 @@ def test_evidence_table_removed_and_the_seal_stripped_is_not_intact(
         run_id = data["sparkguard"]["run_id"]
         assert [x.split(":")[0] for x in _tampers(lines)] == [
             f"TAMPER evidence_record_missing run {run_id}"], lines
+
+
+def test_a_driver_in_another_zone_stores_the_instant_and_verifies_across_dst_changes(
+        spark: Any, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """A driver whose OS zone is New York writes ledger and publish events at 02:30 UTC on the
+    day New York skips 02:00-03:00, and in its repeated autumn hour (one append of two publish
+    events, a microsecond apart, across it). The tables hold the true UTC instants, and the
+    chains verify intact read back through delta-rs and through Spark, in any zone."""
+    import datetime as dt
+    import time
+
+    from sparkguard.ledger_model import CLOCK
+    from sparkguard.publish import PublishControl
+
+    if not hasattr(time, "tzset"):
+        pytest.skip("no tzset on this platform")
+    moments = iter([dt.datetime(2026, 3, 8, 2, 30, tzinfo=dt.UTC),  # naive 02:30: no such NY time
+                    dt.datetime(2026, 3, 8, 2, 31, tzinfo=dt.UTC),
+                    dt.datetime(2026, 11, 1, 5, 59, 59, 999_999, tzinfo=dt.UTC),  # 01:59:59 EDT
+                    dt.datetime(2026, 11, 1, 6, 0, 30, tzinfo=dt.UTC)])
+    monkeypatch.setattr(CLOCK, "source", lambda: next(moments))
+    monkeypatch.setattr(CLOCK, "_last", None)
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        home = tmp_path / "_sg"
+        ledger = Ledger(spark, str(home))
+        ledger.record_run("ny-run", "started", fingerprint="fp")
+        ledger.record_run("ny-run", "failed", fingerprint="fp", error="boom")
+        control = PublishControl(spark, str(home))
+        targets = ["/lake/a", "/lake/b"]
+        control.pause(targets, run_id="ny-run", locations={t: f"file:{t}" for t in targets})
+        control.finish(targets, "ny-run", locations={t: f"file:{t}" for t in targets})
+        stored = [r[0] for r in spark.sql(  # the session zone is UTC: the stored instants
+            f"SELECT date_format(at, 'yyyy-MM-dd HH:mm:ss.SSSSSS') FROM delta.`{home}/ledger/runs` "
+            f"UNION ALL SELECT date_format(at, 'yyyy-MM-dd HH:mm:ss.SSSSSS') FROM "
+            f"delta.`{home}/control/publish` ORDER BY 1").collect()]
+        assert stored == ["2026-03-08 02:30:00.000000", "2026-03-08 02:31:00.000000",
+                          "2026-11-01 05:59:59.999999", "2026-11-01 06:00:00.000000",
+                          "2026-11-01 06:00:30.000000", "2026-11-01 06:00:30.000001"]
+        for reader in ("delta-rs", "spark"):
+            monkeypatch.setenv("SPARKGUARD_READER", reader)
+            code, lines = _verify(capsys, "--all", "--home", str(home))
+            assert code == 0 and _tampers(lines) == [], (reader, lines)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
