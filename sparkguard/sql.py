@@ -249,8 +249,9 @@ def changed_condition(columns: Sequence[str], json_columns: Iterable[str] = (),
     """True when any of ``columns`` differs between a matched target and source row:
     ``NOT (t.`c1` <=> s.`c1` AND ...)``, null-safe (null = null, NaN = NaN in Spark).
 
-    Columns in ``json_columns`` (those holding a map, which ``<=>`` cannot compare) are compared
-    as their JSON text; a map whose entries merely come in another order then counts as changed.
+    Columns in ``json_columns`` (those holding a map or a variant, which ``<=>`` cannot compare)
+    are compared as their JSON text; a map whose entries merely come in another order then counts
+    as changed (a variant's object keys are stored sorted, so its JSON is canonical).
     """
     if not columns:
         raise UnsafeSQLError("a change condition needs at least one column")

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType, VariantType
 
 from sparkguard.delta_ops.tables import read_table
 from sparkguard.sql import CHANGE_OP, TableRef, changed_condition, merge_condition, quote_column
@@ -14,14 +14,14 @@ from sparkguard.sql import CHANGE_OP, TableRef, changed_condition, merge_conditi
 __all__ = ["window_changes"]
 
 
-def _has_map(dtype: DataType) -> bool:
-    """Whether a type holds a map anywhere (maps cannot be compared with ``<=>``)."""
-    if isinstance(dtype, MapType):
+def _unordered(dtype: DataType) -> bool:
+    """Whether a type holds a map or a variant anywhere (``<=>`` compares neither)."""
+    if isinstance(dtype, MapType | VariantType):
         return True
     if isinstance(dtype, ArrayType):
-        return _has_map(dtype.elementType)
+        return _unordered(dtype.elementType)
     if isinstance(dtype, StructType):
-        return any(_has_map(f.dataType) for f in dtype.fields)
+        return any(_unordered(f.dataType) for f in dtype.fields)
     return False
 
 
@@ -47,7 +47,7 @@ def window_changes(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequ
           .when(col("t", side_t).isNull(), F.lit("I")))
     if compared:
         changed = changed_condition([f.name for f in compared],
-                                    [f.name for f in compared if _has_map(f.dataType)])
+                                    [f.name for f in compared if _unordered(f.dataType)])
         op = op.when(F.expr(changed), F.lit("U"))
     joined = s.join(t, F.expr(merge_condition(keys)), "full_outer").withColumn(CHANGE_OP, op)
     wanted = ["I", "U", "D"] if delete_unmatched else ["I", "U"]
