@@ -6,23 +6,12 @@ from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType, VariantType
 
 from sparkguard.delta_ops.tables import read_table
+from sparkguard.spark_types import holds_unordered
 from sparkguard.sql import CHANGE_OP, TableRef, changed_condition, merge_condition, quote_column
 
 __all__ = ["window_changes"]
-
-
-def _unordered(dtype: DataType) -> bool:
-    """Whether a type holds a map or a variant anywhere (``<=>`` compares neither)."""
-    if isinstance(dtype, MapType | VariantType):
-        return True
-    if isinstance(dtype, ArrayType):
-        return _unordered(dtype.elementType)
-    if isinstance(dtype, StructType):
-        return any(_unordered(f.dataType) for f in dtype.fields)
-    return False
 
 
 def window_changes(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequence[str],
@@ -47,7 +36,7 @@ def window_changes(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequ
           .when(col("t", side_t).isNull(), F.lit("I")))
     if compared:
         changed = changed_condition([f.name for f in compared],
-                                    [f.name for f in compared if _unordered(f.dataType)])
+                                    [f.name for f in compared if holds_unordered(f.dataType)])
         op = op.when(F.expr(changed), F.lit("U"))
     joined = s.join(t, F.expr(merge_condition(keys)), "full_outer").withColumn(CHANGE_OP, op)
     wanted = ["I", "U", "D"] if delete_unmatched else ["I", "U"]

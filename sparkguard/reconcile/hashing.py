@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkguard.reconcile.spec import ColumnInfo
+from sparkguard.spark_types import holds_unordered
 from sparkguard.sql import quote_column
 
 __all__ = ["column", "columns_of", "row_hash", "table_fingerprint"]
@@ -24,16 +25,6 @@ _LOW32 = 0xFFFFFFFF
 def columns_of(df: DataFrame) -> list[ColumnInfo]:
     """Schema as ColumnInfo (names, simple type strings, nullability)."""
     return [ColumnInfo(f.name, f.dataType.simpleString(), f.nullable) for f in df.schema.fields]
-
-
-def _has_map(dt: T.DataType) -> bool:
-    if isinstance(dt, T.MapType):
-        return True
-    if isinstance(dt, T.StructType):
-        return any(_has_map(f.dataType) for f in dt.fields)
-    if isinstance(dt, T.ArrayType):
-        return _has_map(dt.elementType)
-    return False
 
 
 def column(name: str) -> Column:
@@ -52,11 +43,12 @@ def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
     arrays and structs keep their shape (:func:`_shaped`: ``{"a": null, "b": "c"}`` and
     ``{"a": "b", "c": null}`` hash apart); variants and maps nested in others become JSON."""
     col, dt = column(name), df.schema[name].dataType
-    if isinstance(dt, T.MapType) and not _has_map(dt.keyType) and not _has_map(dt.valueType):
+    if isinstance(dt, T.MapType) and not holds_unordered(dt.keyType) \
+            and not holds_unordered(dt.valueType):
         entries = T.ArrayType(T.StructType([T.StructField("key", dt.keyType),
                                             T.StructField("value", dt.valueType)]))
         return _shaped(F.array_sort(F.map_entries(col)), entries)
-    if _has_map(dt) or type(dt).__name__ == "VariantType":
+    if holds_unordered(dt):
         return F.to_json(col, _JSON_EXACT)
     if isinstance(dt, (T.ArrayType, T.StructType)):
         return _shaped(col, dt)

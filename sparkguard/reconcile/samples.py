@@ -21,6 +21,7 @@ from pyspark.sql import types as T
 from sparkguard.reconcile.hashing import column
 from sparkguard.reconcile.layout import _BUCKETS, _KINDS, _Layout
 from sparkguard.reconcile.spec import ReconcileSpec
+from sparkguard.spark_types import holds_type
 
 __all__ = ["same_value"]
 
@@ -95,7 +96,7 @@ def _fetch(lay: _Layout, samples: Sequence[_Sample], shadow: DataFrame, target: 
         frames.append(picked.select(
             F.lit(name).alias("__sg_side"),
             F.xxhash64(*[column(k) for k in lay.keys]).alias("__sg_kh"),
-            F.struct(*[column(c) for c in df.columns]).alias(f"__sg_row_{name}")))
+            F.struct(*[_readable(f) for f in df.schema.fields]).alias(f"__sg_row_{name}")))
     union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     # limit then a one-partition exchange: one job, not the incremental scans of collect-limit
     instants = {name: [f.name for f in df.schema.fields if isinstance(f.dataType, T.TimestampType)]
@@ -108,6 +109,14 @@ def _fetch(lay: _Layout, samples: Sequence[_Sample], shadow: DataFrame, target: 
         row["__sg_kh"] = r["__sg_kh"]
         out[r["__sg_side"]].append(row)
     return out
+
+
+def _readable(field: T.StructField) -> Column:
+    """A sampled column as the evidence can hold it: a variant (anywhere in the value) as its
+    JSON text, which the driver and YAML can take."""
+    if holds_type(field.dataType, T.VariantType):
+        return F.to_json(column(field.name)).alias(field.name)
+    return column(field.name)
 
 
 def _rows_for(lay: _Layout, rows: Sequence[Mapping[str, Any]], sample: _Sample) -> list[Mapping[str, Any]]:

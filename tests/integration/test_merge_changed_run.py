@@ -13,13 +13,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkguard import delta_ops
-from sparkguard.demo import transform_orders
+from sparkguard.demo import TRANSFORM_SQL, transform_orders
 from sparkguard.errors import EXIT_OK
 from sparkguard.evidence import load_evidence, render_markdown
 from sparkguard.plan import load_plan
 from sparkguard.run.evaluator import run_backfill
 from sparkguard.sql import TableRef
-from tests.lakes import WINDOW, copy_lake, write_plan
+from tests.lakes import WINDOW, copy_lake, set_transform, write_plan
 
 pytestmark = pytest.mark.spark
 EXTRA = 4  # window rows another writer left in the target, which the recomputation lacks
@@ -144,3 +144,35 @@ def test_a_key_the_target_holds_twice_in_a_partition_fails_its_gate_before_any_c
     assert out.exit_code == EXIT_OK, out.message
     window = delta_ops.read_table(spark, ref).filter(F.col("order_date") == F.lit(WINDOW[1]))
     assert window.groupBy("order_id").count().filter(F.col("count") > 1).count() == 0
+
+
+@pytest.mark.parametrize("promotion", ["merge_changed", "replace_where"])
+def test_a_variant_column_is_reconciled_promoted_and_verified(
+        spark: Any, base_lake: Path, tmp_path: Path, promotion: str) -> None:
+    """A target with a VARIANT column (semi-structured attributes, a quote in a value): the
+    recomputation changes it on some rows; the preview counts them, the promotion writes them
+    (merge_changed: only those), and the evidence holds the sampled values as JSON text."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = TableRef(path=str(root / "target" / "orders_clean"))
+    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('delta.feature.variantType' = "
+              "'supported')")
+    spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS (attrs VARIANT)")
+    spark.sql(f"UPDATE {ref.sql} SET attrs = parse_json(to_json(named_struct("
+              "'status', status, 'note', 'it\\'s')))")
+    attrs = ("parse_json(to_json(named_struct('status', status, 'note', "
+             "CASE WHEN order_id % 2 = 0 THEN 'it\\'s' ELSE 'changed' END))) AS attrs")
+    sql = TRANSFORM_SQL.replace("AS line_total\n", f"AS line_total,\n       {attrs}\n")
+    plan = write_plan(root, set_transform(sql), promotion=promotion)
+    out = run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
+                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    assert out.exit_code == EXIT_OK, out.message
+    st = out.targets["orders_clean"]
+    assert st.verified and st.window is not None and st.window.preview is not None
+    assert st.window.preview.changed_by_column["attrs"] > 0
+    assert out.evidence_path is not None
+    text = Path(out.evidence_path).read_text(encoding="utf-8")
+    assert '\\"note\\":\\"changed\\"' in text or '"note":"changed"' in text, text[:2000]
+    odd = spark.sql(f"SELECT count(*) FROM {ref.sql} WHERE order_id % 2 = 1 AND "
+                    f"order_date BETWEEN DATE'{WINDOW[0]}' AND DATE'{WINDOW[-1]}' AND "
+                    "variant_get(attrs, '$.note', 'string') = 'changed'").first()
+    assert odd is not None and odd[0] > 0
