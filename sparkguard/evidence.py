@@ -36,14 +36,16 @@ def change_applied(preview: dict[str, Any] | None, promotion: Promotion,
     """What the promotion commit does to the window's rows, from the change preview: rows
     inserted, deleted, kept (no longer produced, ``merge.when_not_matched_by_source: keep``),
     updated, and unchanged rows rewritten as if changed, which a change data feed reports as
-    changes: every one under ``replace_where`` and ``merge``, none under ``merge_changed``."""
+    changes: every one under ``replace_where`` and ``merge``, none under ``merge_changed``. A
+    key moved to another partition of the window (``moved``, MERGE modes) is one update."""
     if not preview:
         return None
-    gone = int(preview["deleted"])
-    return {"inserted": int(preview["inserted"]),
+    moved = int(preview.get("moved") or 0)
+    gone = int(preview["deleted"]) - moved
+    return {"inserted": int(preview["inserted"]) - moved,
             "deleted": gone if deletes_unmatched else 0,
             "kept": 0 if deletes_unmatched else gone,
-            "updated": int(preview["changed"]),
+            "updated": int(preview["changed"]) + moved,
             "unchanged_reported_as_changed": (0 if promotion is Promotion.MERGE_CHANGED
                                     else int(preview["unchanged"]))}
 

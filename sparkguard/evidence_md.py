@@ -208,10 +208,13 @@ def _target(data: dict[str, Any], t: dict[str, Any]) -> list[str]:
         pv = w.get("change_preview")
         applied = t.get("change_applied")
         if pv:
-            gone = (f"{pv['deleted']} deleted" if not applied or not applied["kept"] else
-                    f"{pv['deleted']} no longer produced, kept")
+            gone = (f"{applied['deleted'] if applied else pv['deleted']} deleted"
+                    if not applied or not applied["kept"] else
+                    f"{applied['kept']} no longer produced, kept")
+            moved = (f" ({pv['moved']} of the keys inserted and deleted moved to another "
+                     "partition of the window; the MERGE updates them)" if pv.get("moved") else "")
             lines += ["", f"Change preview: {pv['inserted']} inserted, {gone}, "
-                          f"{pv['changed']} changed, {pv['unchanged']} unchanged."]
+                          f"{pv['changed']} changed, {pv['unchanged']} unchanged{moved}."]
             cols = {k: v for k, v in pv["changed_by_column"].items() if v}
             if cols:
                 lines.append("Changed values per column: "

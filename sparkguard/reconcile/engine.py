@@ -38,12 +38,13 @@ from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkguard.plan.model import Aggregation
 from sparkguard.reconcile.distinct import _distinct_counts, _distinct_frame
 from sparkguard.reconcile.gates import build_gates, utc_instant
-from sparkguard.reconcile.hashing import columns_of, row_hash, table_fingerprint
+from sparkguard.reconcile.hashing import column, columns_of, row_hash, table_fingerprint
 from sparkguard.reconcile.layout import (
     _SIDE_NAMES,
     NONFINITE_KINDS,
@@ -137,14 +138,32 @@ def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]],
                 totals[k] += int(r.get(k) or 0)
             for j, c in enumerate(names):
                 chg[c] += int(r.get(f"chg_{j}") or 0)
+        moved = (_moved_keys(lay, shadow, target)
+                 if spec.merge_keys and totals["inserted"] and totals["deleted"] else 0)
         preview = ChangePreview(
             inserted=totals["inserted"], deleted=totals["deleted"], changed=totals["changed"],
             unchanged=totals["unchanged"], ambiguous=totals["ambiguous"],
             changed_by_column=chg, not_compared=lay.not_compared,
-            sample=_change_sample(spec, lay, samples, fetched))
+            sample=_change_sample(spec, lay, samples, fetched), moved=moved)
     dup_sample = _dup_sample(lay, samples, fetched)
     return ReconcileResult(scope=scope, partitions=tuple(stats), gates=tuple(gates),
                            preview=preview, duplicate_sample=dup_sample)
+
+
+def _moved_keys(lay: _Layout, shadow: DataFrame, target: DataFrame) -> int:
+    """Keys the shadow holds in another partition of the window than the target does (counted
+    once inserted, once deleted per partition; a MERGE, matching on the keys alone, updates
+    them). One join of the two sides' keys; only when both inserts and deletes exist."""
+    def keyed(df: DataFrame, side: str) -> DataFrame:  # names apart: shadow and target may
+        # share a lineage (a self-join)
+        return df.select(*[column(k).alias(f"__sg_{side}{i}") for i, k in enumerate(lay.keys)],
+                         column(lay.p).alias(f"__sg_{side}p"))
+
+    n = range(len(lay.keys))
+    on = [F.col(f"__sg_s{i}").eqNullSafe(F.col(f"__sg_t{i}")) for i in n]
+    pairs = (keyed(shadow, "s").join(keyed(target, "t"), on)
+             .filter(~F.col("__sg_sp").eqNullSafe(F.col("__sg_tp"))))
+    return pairs.select(*[f"__sg_s{i}" for i in n]).distinct().count()
 
 
 def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any],

@@ -199,7 +199,9 @@ class ChangePreview:
     ``unchanged``: keys with exactly one row on each side, whose compared values differ or not;
     ``ambiguous``: keys on both sides with more than one row on either (rows cannot be paired;
     the duplicate gate reports them). ``changed_by_column`` counts changed keys per column;
-    ``not_compared`` lists columns missing on one side or typed differently.
+    ``not_compared`` lists columns missing on one side or typed differently. ``moved`` (MERGE
+    promotions only): keys the shadow holds in another partition of the window than the target,
+    each counted once in ``inserted`` and once in ``deleted``; the MERGE updates them.
     """
 
     inserted: int
@@ -210,6 +212,7 @@ class ChangePreview:
     sample: tuple[dict[str, Any], ...] = ()
     not_compared: tuple[str, ...] = ()
     ambiguous: int = 0
+    moved: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(asdict(self))

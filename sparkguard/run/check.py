@@ -46,11 +46,13 @@ def reconcile_window(ctx: RunContext, state: RunState, st: TargetState,
     print_gates(ctx, st.spec.label, res)
     if res.preview:
         pv = res.preview
-        gone = (f"delete {pv.deleted}" if st.deletes_unmatched else
-                f"{pv.deleted} row(s) no longer produced, kept (merge.when_not_matched_by_"
-                "source: keep)")
+        gone = (f"delete {pv.deleted - pv.moved}" if st.deletes_unmatched else
+                f"{pv.deleted - pv.moved} row(s) no longer produced, kept (merge.when_not_"
+                "matched_by_source: keep)")
+        moved = (f" ({pv.moved} key(s) moved to another partition, counted as inserted and "
+                 "deleted: the MERGE updates them)" if pv.moved else "")
         ctx.say(f"  change preview {st.spec.label}: insert {pv.inserted}, {gone}, change "
-                f"{pv.changed}, unchanged {pv.unchanged}; by column "
+                f"{pv.changed}, unchanged {pv.unchanged}{moved}; by column "
                 f"{ {k: v for k, v in pv.changed_by_column.items() if v} }")
     if not res.passed:
         gate_fail(ctx, st, res, "full window")

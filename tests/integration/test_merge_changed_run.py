@@ -47,6 +47,11 @@ def test_console_evidence_and_change_feed_agree(spark: Any, base_lake: Path, tmp
     extra = (transform_orders(spark, src, []).withColumn("order_date", F.lit(WINDOW[1]))
              .withColumn("order_id", F.col("order_id") + 90_000_000))
     extra.write.format("delta").mode("append").save(ref.path)
+    # one order moved to the window's first day in the target: the recomputation puts it back
+    first = spark.sql(f"SELECT min(order_id) FROM {ref.sql} WHERE order_date = "
+                      f"DATE'{WINDOW[1]}'").first()
+    assert first is not None
+    spark.sql(f"UPDATE {ref.sql} SET order_date = DATE'{WINDOW[0]}' WHERE order_id = {first[0]}")
     before = _sorted(delta_ops.read_table(spark, ref))
 
     def mutate(plan: dict[str, Any]) -> None:
@@ -61,7 +66,9 @@ def test_console_evidence_and_change_feed_agree(spark: Any, base_lake: Path, tmp
     assert st.verified and st.promoted_version is not None and st.rollback_version is not None
     assert st.window is not None and st.window.preview is not None
     pv = st.window.preview
-    assert pv.deleted == EXTRA and pv.inserted > 0 and pv.changed > 0 and pv.unchanged > 0
+    moved = 0 if promotion == "replace_where" else 1  # a MERGE updates the moved key
+    assert pv.moved == moved and pv.deleted == EXTRA + 1
+    assert pv.inserted > 1 and pv.changed > 0 and pv.unchanged > 0
 
     feed = _feed(spark, ref, st.promoted_version)
     assert out.evidence_path is not None
@@ -70,8 +77,9 @@ def test_console_evidence_and_change_feed_agree(spark: Any, base_lake: Path, tmp
     md = render_markdown(data)
     console = "\n".join(lines)
     kept = unmatched == "keep"
-    assert applied == {"inserted": pv.inserted, "deleted": 0 if kept else EXTRA,
-                       "kept": EXTRA if kept else 0, "updated": pv.changed,
+    gone = EXTRA + 1 - moved  # replace_where deletes the moved key's old row too
+    assert applied == {"inserted": pv.inserted - moved, "deleted": 0 if kept else gone,
+                       "kept": gone if kept else 0, "updated": pv.changed + moved,
                        "unchanged_reported_as_changed":
                            0 if promotion == "merge_changed" else pv.unchanged}
     if kept:
@@ -79,7 +87,8 @@ def test_console_evidence_and_change_feed_agree(spark: Any, base_lake: Path, tmp
         assert f"{EXTRA} no longer produced, kept" in md and f"{EXTRA} deleted" not in md
         assert f"0 deleted, {EXTRA} kept" in md
     else:
-        assert f"delete {EXTRA}" in console and f"{EXTRA} deleted" in md
+        assert f"delete {gone}," in console and f" {gone} deleted" in md
+    assert ("1 key(s) moved to another partition" in console) == bool(moved)
     window_rows = pv.deleted + pv.changed + pv.unchanged
     if promotion == "replace_where":  # every old window row out, every new one in
         assert feed == {"delete": window_rows, "insert": pv.inserted + pv.changed + pv.unchanged}
@@ -89,7 +98,8 @@ def test_console_evidence_and_change_feed_agree(spark: Any, base_lake: Path, tmp
                     "update_postimage": updated, "delete": applied["deleted"]}
         assert feed == {k: v for k, v in expected.items() if v}
     if promotion == "merge_changed":  # exactly the preview: no row for an unchanged one
-        assert sum(feed.values()) == pv.inserted + applied["deleted"] + 2 * pv.changed
+        assert sum(feed.values()) == (applied["inserted"] + applied["deleted"]
+                                      + 2 * applied["updated"])
 
     delta_ops.restore(spark, ref, st.rollback_version)
     assert _sorted(delta_ops.read_table(spark, ref)) == before
