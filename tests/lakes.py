@@ -41,6 +41,19 @@ def build_base(spark: Any, root: Path) -> Path:
     return root
 
 
+def put_back(spark: Any, snapshot: Path, work: Path) -> Path:
+    """``work`` as ``snapshot`` holds it: a lake built once at ``work`` (its ledger, plan and
+    evidence name absolute paths, so it is only ever used there) and copied aside, handed to
+    each test that then changes it. File times are kept (Delta dates a commit by its log
+    file's), and the JVM's cache of Delta logs is dropped: it knows ``work``'s tables at the
+    versions the last test left."""
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(snapshot, work)
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    return work
+
+
 def lock_key_of(spark: Any, table: Path | str) -> str:
     """The key a run or rollback locks the Delta table at ``table`` under (its location)."""
     from sparkguard.delta_ops import lock_key

@@ -4,7 +4,10 @@ records itself in ledger and evidence, and finishes after a crash without restor
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,14 @@ from sparkguard.ledger import Ledger, run_progress
 from sparkguard.publish import PublishControl, is_paused
 from sparkguard.sql import TableRef
 from tests.failpoints import Crash, at_failpoint, dies_at
-from tests.lakes import WINDOW, copy_lake, count_descriptions, lock_key_of, write_plan
+from tests.lakes import (
+    WINDOW,
+    copy_lake,
+    count_descriptions,
+    lock_key_of,
+    put_back,
+    write_plan,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -43,16 +53,31 @@ def _history(spark: Any, path: Path) -> list[dict[str, Any]]:
             .orderBy("version").collect()]
 
 
-def _promoted(spark: Any, base: Path, dest: Path, capsys: Any) -> tuple[Path, str, DataFrame]:
-    """A lake after a successful backfill: (root, run id, target content before it)."""
-    root = copy_lake(base, dest)
+@pytest.fixture(scope="module")
+def promoted_once(spark: Any, base_lake: Path, tmp_path_factory: pytest.TempPathFactory
+                  ) -> tuple[Path, Path, str, DataFrame]:
+    """One successful backfill, run once for the module at a fixed path: (its lake, a copy of
+    it, its run id, the target's content before it)."""
+    root = copy_lake(base_lake, tmp_path_factory.mktemp("promoted") / "lake")
     plan = write_plan(root, lambda p: p["execution"].update(slice_partitions=3))
     before = _frozen(spark, _read(spark, root / "target" / "orders_clean"))
-    assert main(["run", "--plan", str(plan), "--home", str(root / "_sg"),
-                 "--evidence-dir", str(root / "evidence")]) == 0
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["run", "--plan", str(plan), "--home", str(root / "_sg"),
+                     "--evidence-dir", str(root / "evidence")]) == 0
     (prog,) = Ledger(spark, str(root / "_sg")).latest_runs()
-    capsys.readouterr()
-    return root, prog.run_id, before
+    snapshot = root.parent / "snapshot"
+    shutil.copytree(root, snapshot)
+    return root, snapshot, prog.run_id, before
+
+
+Promoted = tuple[Path, str, DataFrame]
+
+
+@pytest.fixture
+def promoted(spark: Any, promoted_once: tuple[Path, Path, str, DataFrame]) -> Promoted:
+    """The lake after that backfill, as it was: (root, run id, target content before it)."""
+    root, snapshot, run_id, before = promoted_once
+    return put_back(spark, snapshot, root), run_id, before
 
 
 def _rollback(root: Path, run_id: str, *extra: str) -> int:
@@ -60,8 +85,8 @@ def _rollback(root: Path, run_id: str, *extra: str) -> int:
 
 
 def test_rollback_restores_verifies_records_and_is_idempotent(
-        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
-    root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+        spark: Any, promoted: Promoted, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    root, run_id, before = promoted
     target = root / "target" / "orders_clean"
     events = tmp_path / "events.jsonl"
     monkeypatch.setenv("SPARKGUARD_NOTIFY_FILE", str(events))
@@ -90,8 +115,8 @@ def test_rollback_restores_verifies_records_and_is_idempotent(
 
 
 def test_rollback_refused_when_others_committed_unless_forced_and_finished_after_a_crash(
-        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
-    root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+        spark: Any, promoted: Promoted, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    root, run_id, before = promoted
     target, home = root / "target" / "orders_clean", str(root / "_sg")
     DeltaTable.forPath(spark, str(target)).update(F.col("order_id") == 1_000_001,
                                                   {"status": F.lit("late-fix")})
@@ -118,8 +143,8 @@ def test_rollback_refused_when_others_committed_unless_forced_and_finished_after
 
 
 def test_rollback_refused_before_restore_when_vacuum_removed_needed_files(
-        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any) -> None:
-    root, run_id, _before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+        spark: Any, promoted: Promoted, tmp_path: Path, capsys: Any) -> None:
+    root, run_id, _before = promoted
     target = root / "target" / "orders_clean"
     prog = run_progress(Ledger(spark, str(root / "_sg")).run_events(run_id))
     point = prog.targets["orders_clean"].rollback_version
@@ -178,11 +203,11 @@ def test_merge_promotion_handles_rows_no_longer_produced(
 
 
 def test_rollback_refused_while_a_run_holds_the_target_lock(
-        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any) -> None:
+        spark: Any, promoted: Promoted, tmp_path: Path, capsys: Any) -> None:
     """Rollback takes the same per-target lock as a run: a backfill holding it (alive, here
     this very process) refuses the rollback with exit 2, nothing restored; once it releases,
     the rollback goes ahead and leaves the lock free."""
-    root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    root, run_id, before = promoted
     target, home = root / "target" / "orders_clean", str(root / "_sg")
     running, key = Ledger(spark, home), lock_key_of(spark, target)
     running.acquire([key], "20270101T000000Z-running0", "someone-else")
@@ -199,10 +224,10 @@ def test_rollback_refused_while_a_run_holds_the_target_lock(
 
 
 def test_a_commit_landing_between_the_check_and_restore_refuses_the_restore(
-        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+        spark: Any, promoted: Promoted, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
     """A writer outside sparkguard commits after the rollback checked the history: the history
     is read again right before RESTORE, which is refused (exit 2); the commit survives."""
-    root, run_id, _before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    root, run_id, _before = promoted
     target = root / "target" / "orders_clean"
     def late_writer(_name: str) -> None:
         DeltaTable.forPath(spark, str(target)).update(F.col("order_id") == 1_000_001,
@@ -257,11 +282,11 @@ def _others_removed(spark: Any, target: Path) -> DataFrame:
 
 
 def test_a_rollback_stopped_after_its_restore_is_finished_by_rollback_not_undone_by_run(
-        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+        spark: Any, promoted: Promoted, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
     """A rollback killed after its RESTORE leaves the run in ``rolling_back``: ``run`` refuses
     it (exit 2, nothing written) instead of promoting again; a later commit by another writer
     does not stop the rollback's re-run from verifying its own RESTORE and finishing."""
-    root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    root, run_id, before = promoted
     target, home = root / "target" / "orders_clean", str(root / "_sg")
     dies_at(monkeypatch, rollback, "after_rollback_restore",
             lambda: rollback.rollback_run(spark, home, run_id, out=lambda _m: None))
@@ -287,11 +312,11 @@ def test_a_rollback_stopped_after_its_restore_is_finished_by_rollback_not_undone
 
 
 def test_rollback_pauses_publish_until_it_finishes_and_verifies_its_own_restore(
-        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+        spark: Any, promoted: Promoted, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
     """A rollback stopped half-way keeps its publish hold on the target; the re-run that
     finishes releases it. A writer committing between the RESTORE and its verification does
     not fail it: the RESTORE commit itself is compared with the rollback point."""
-    root, run_id, before = _promoted(spark, base_lake, tmp_path / "lake", capsys)
+    root, run_id, before = promoted
     target, home = root / "target" / "orders_clean", str(root / "_sg")
     assert not is_paused(home, str(target))
     dies_at(monkeypatch, rollback, "mid_rollback",
