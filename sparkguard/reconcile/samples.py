@@ -6,6 +6,7 @@ Names with a leading underscore are internal to ``sparkguard.reconcile``.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import functools
 import math
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -102,13 +103,27 @@ def _fetch(lay: _Layout, samples: Sequence[_Sample], shadow: DataFrame, target: 
     instants = {name: [f.name for f in df.schema.fields if isinstance(f.dataType, T.TimestampType)]
                 for name, df, _mine in sides if df is not None}
     for r in union.limit(8 * len(samples) + 8).repartition(1).collect():
-        row = r[f"__sg_row_{r['__sg_side']}"].asDict()
+        row = {k: _plain(v) for k, v in r[f"__sg_row_{r['__sg_side']}"].asDict().items()}
         for c in instants[r["__sg_side"]]:  # naive local time (with its fold) -> aware UTC
             if row[c] is not None:
                 row[c] = row[c].astimezone(dt.UTC)
         row["__sg_kh"] = r["__sg_kh"]
         out[r["__sg_side"]].append(row)
     return out
+
+
+def _plain(value: Any) -> Any:
+    """A sampled value as plain data the evidence can hold: a struct (a ``Row``) as a mapping,
+    arrays as lists, map keys as text, binary as base64 text (what Spark's ``to_json`` gives)."""
+    if isinstance(value, Row):
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(_plain(k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return value
 
 
 def _readable(field: T.StructField) -> Column:

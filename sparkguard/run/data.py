@@ -9,12 +9,14 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructType
 
 from sparkguard import delta_ops
 from sparkguard.errors import SparkguardError
 from sparkguard.plan.model import Transform
 from sparkguard.plan.window_spec import BUCKET_COLUMN
 from sparkguard.reconcile.engine import columns_of, reconcile, row_hash, table_fingerprint
+from sparkguard.reconcile.hashing import column
 from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target
 from sparkguard.reconcile.verdicts import ReconcileResult
 from sparkguard.run.context import RunContext, RunState, TargetState
@@ -23,6 +25,10 @@ from sparkguard.sql import query_only
 
 __all__ = ["TransformResultError", "bucketed", "fingerprints", "job", "print_gates", "reconcile_part",
            "reference_df", "shadow_df", "source_df", "target_df", "transform"]
+
+# Spark's metadata key for a CHAR/VARCHAR column read as a string, and a CHAR's length
+_CHAR_KEY = "__CHAR_VARCHAR_TYPE_STRING"
+_CHAR = re.compile(r"char\((\d+)\)", re.IGNORECASE)
 
 
 class TransformResultError(SparkguardError):
@@ -62,8 +68,24 @@ def target_df(ctx: RunContext, st: TargetState, partitions: Sequence[object],
 def transform(ctx: RunContext, state: RunState, st: TargetState, partitions: Sequence[object],
               tag: str) -> tuple[DataFrame, list[str]]:
     """The target's recomputation for ``partitions``, and the temp views it uses."""
-    return _compute(ctx, state, st.spec.transform, f"{st.spec.label}: transform", partitions,
-                    tag)
+    df, views = _compute(ctx, state, st.spec.transform, f"{st.spec.label}: transform",
+                         partitions, tag)
+    return _char_padded(df, delta_ops.read_table(ctx.spark, st.ref).schema), views
+
+
+def _char_padded(df: DataFrame, target: StructType) -> DataFrame:
+    """``df`` with the values of the target's ``CHAR(n)`` columns padded to ``n`` with spaces, as
+    Delta stores them and Spark reads them back: the shadow, the gates and the verification
+    then see the values the target will hold. Longer values are left for Delta to refuse."""
+    chars = {f.name: int(m.group(1)) for f in target.fields
+             if (m := _CHAR.fullmatch(str(f.metadata.get(_CHAR_KEY, ""))))}
+    cols = [c for c in df.columns if c in chars
+            and isinstance(df.schema[c].dataType, StringType)]
+    if not cols:
+        return df
+    return df.withColumns({c: F.when(F.length(column(c)) < chars[c],
+                                     F.rpad(column(c), chars[c], " ")).otherwise(column(c))
+                           for c in cols})
 
 
 def reference_df(ctx: RunContext, state: RunState, st: TargetState,
