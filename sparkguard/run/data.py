@@ -17,8 +17,8 @@ from sparkguard.plan.model import Transform
 from sparkguard.plan.window_spec import BUCKET_COLUMN
 from sparkguard.reconcile.engine import columns_of, reconcile, row_hash, table_fingerprint
 from sparkguard.reconcile.hashing import column
-from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target
-from sparkguard.reconcile.verdicts import ReconcileResult
+from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target, unknown_columns
+from sparkguard.reconcile.verdicts import GateResult, ReconcileResult
 from sparkguard.run.context import RunContext, RunState, TargetState
 from sparkguard.run.labels import set_job_label
 from sparkguard.sql import query_only
@@ -138,6 +138,16 @@ def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
     spec = spec_for_target(ctx.plan, st.spec)
     shadow = shadow_df(ctx, st, partitions)
     target = target_df(ctx, st, partitions, target_version)
+    schema = schema_contract_gates(columns_of(shadow), columns_of(target), st.spec.contract)
+    missing = unknown_columns(spec.business_keys, shadow.columns)
+    if missing:  # nothing to pair rows by: the schema gates and this one say why
+        return ReconcileResult(scope=scope, partitions=(), gates=(*schema, GateResult(
+            gate="business_keys_in_recomputation", check_type="schema_contract", passed=False,
+            measured=len(missing), threshold=0, expected=0,
+            reason="; ".join(f"business key {k!r} is not a column of the recomputed rows: " + (
+                f"it has {near!r} (names match exactly, case included)" if near else
+                "no such column") for k, near in missing.items())
+            + "; fix business_keys or the transform's column names")))
     tag = re.sub(r"[^A-Za-z0-9]", "_", f"{st.spec.label}_{scope}")
     reference = reference_df(ctx, state, st, partitions, tag)
     against = reference[0] if reference else source_df(ctx, state, partitions)
@@ -148,7 +158,6 @@ def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
     finally:
         for v in reference[1] if reference else []:
             ctx.spark.catalog.dropTempView(v)
-    schema = schema_contract_gates(columns_of(shadow), columns_of(target), st.spec.contract)
     return ReconcileResult(scope=res.scope, partitions=res.partitions,
                            gates=(*res.gates, *schema), preview=res.preview,
                            duplicate_sample=res.duplicate_sample)

@@ -99,6 +99,8 @@ DEFECTS = {
     "metric_drift": TRANSFORM_SQL.replace("CAST(amount AS DECIMAL(12,2)) AS amount",
                                           "CAST(amount * 1.05 AS DECIMAL(12,2)) AS amount"),
     "row_count_drift": TRANSFORM_SQL + " AND order_id % 20 <> 0",
+    # the business key comes out in another case: nothing to pair rows by
+    "key_in_another_case": TRANSFORM_SQL.replace("SELECT order_id,", "SELECT order_id AS ORDER_ID,"),
     "type_change": TRANSFORM_SQL.replace("CAST(amount AS DECIMAL(12,2)) AS amount",
                                          "CAST(amount AS DOUBLE) AS amount"),
     "null_in_non_null": TRANSFORM_SQL.replace(
@@ -109,6 +111,7 @@ FAILED_GATE = {
     "duplicate_keys": "duplicate_check",
     "metric_drift": "metric_reconciliation[gross_amount]",
     "row_count_drift": "row_count_parity",
+    "key_in_another_case": "business_keys_in_recomputation",
     "type_change": "schema_matches_target",
     "null_in_non_null": "not_null[amount]",
 }
