@@ -4,6 +4,7 @@ sparkguard's userMetadata and, where idempotence needs it, a transaction id."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +21,7 @@ from sparkguard.delta_ops.sessions import (
     isolated_session,
     session_confs,
 )
-from sparkguard.delta_ops.tables import delta_table, read_version
+from sparkguard.delta_ops.tables import delta_table, read_version, table_exists
 from sparkguard.sql import (
     CHANGE_OP,
     TableRef,
@@ -33,6 +34,9 @@ from sparkguard.sql import (
 
 __all__ = ["promote_merge", "promote_replace_where", "restore", "revert_window",
            "write_partitions"]
+
+# characters Delta refuses in a column name without column mapping
+_NEEDS_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
 
 
 def write_partitions(df: DataFrame, ref: TableRef, predicate: str,
@@ -47,6 +51,11 @@ def write_partitions(df: DataFrame, ref: TableRef, predicate: str,
     writer = df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
     if cols:
         writer = writer.partitionBy(*cols)
+    if any(_NEEDS_MAPPING.search(c) for c in df.columns) and not table_exists(df.sparkSession,
+                                                                               ref):
+        # Parquet names cannot hold these characters: a table whose columns do (a target with
+        # column mapping) gets a shadow with column mapping too, set as it is created
+        writer = writer.option("delta.columnMapping.mode", "name")
     _save(writer, ref, metadata, txn)
 
 

@@ -225,3 +225,29 @@ def test_struct_array_binary_and_char_columns_are_promoted_and_sampled(
     codes = {r[0] for r in spark.sql(f"SELECT DISTINCT code FROM {ref.sql} WHERE order_date "
                                      f"BETWEEN DATE'{WINDOW[0]}' AND DATE'{WINDOW[-1]}'").collect()}
     assert codes == {"ab ", "x  "}
+
+
+@pytest.mark.parametrize("promotion", ["merge_changed", "replace_where"])
+def test_a_column_mapping_target_with_a_space_in_a_column_name(
+        spark: Any, base_lake: Path, tmp_path: Path, promotion: str) -> None:
+    """A target with column mapping (``name``) whose column was renamed to ``line total``: the
+    shadow gets column mapping too, and the run promotes and verifies."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = TableRef(path=str(root / "target" / "orders_clean"))
+    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name', "
+              "'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')")
+    spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN line_total TO `line total`")
+    sql = TRANSFORM_SQL.replace("AS line_total", "AS `line total`")
+
+    def mutate(plan: dict[str, Any]) -> None:  # a metric expression cannot name that column
+        set_transform(sql)(plan)  # (plans refuse backquotes in expressions)
+        plan["validation"]["checks"] = [c for c in plan["validation"]["checks"]
+                                        if c.get("shadow_expr") != "line_total"]
+    plan = write_plan(root, mutate, promotion=promotion)
+    out = run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
+                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    assert out.exit_code == EXIT_OK, out.message
+    assert out.targets["orders_clean"].verified
+    src = spark.read.format("delta").load(str(root / "source" / "orders"))
+    expected = transform_orders(spark, src, []).withColumnRenamed("line_total", "line total")
+    assert _sorted(delta_ops.read_table(spark, ref)) == _sorted(expected)
