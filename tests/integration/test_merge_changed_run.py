@@ -18,6 +18,7 @@ from sparkguard.errors import EXIT_OK
 from sparkguard.evidence import load_evidence, render_markdown
 from sparkguard.plan import load_plan
 from sparkguard.run.evaluator import run_backfill
+from sparkguard.run.report import RunOutcome
 from sparkguard.sql import TableRef
 from tests.lakes import WINDOW, copy_lake, set_transform, write_plan
 
@@ -156,6 +157,20 @@ def test_a_key_the_target_holds_twice_in_a_partition_fails_its_gate_before_any_c
     assert window.groupBy("order_id").count().filter(F.col("count") > 1).count() == 0
 
 
+def _promoted_with(spark: Any, root: Path, promotion: str, columns: str
+                   ) -> tuple[RunOutcome, dict[str, int]]:
+    """A run of the demo plan whose transform also outputs ``columns`` (SQL select items),
+    promoted and verified; (its outcome, the preview's changed keys per column)."""
+    sql = TRANSFORM_SQL.replace("AS line_total\n", f"AS line_total,\n       {columns}\n")
+    plan = write_plan(root, set_transform(sql), promotion=promotion)
+    out = run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
+                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    assert out.exit_code == EXIT_OK, out.message
+    st = out.targets["orders_clean"]
+    assert st.verified and st.window is not None and st.window.preview is not None
+    return out, st.window.preview.changed_by_column
+
+
 @pytest.mark.parametrize("promotion", ["merge_changed", "replace_where"])
 def test_a_variant_column_is_reconciled_promoted_and_verified(
         spark: Any, base_lake: Path, tmp_path: Path, promotion: str) -> None:
@@ -169,16 +184,10 @@ def test_a_variant_column_is_reconciled_promoted_and_verified(
     spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS (attrs VARIANT)")
     spark.sql(f"UPDATE {ref.sql} SET attrs = parse_json(to_json(named_struct("
               "'status', status, 'note', 'it\\'s')))")
-    attrs = ("parse_json(to_json(named_struct('status', status, 'note', "
-             "CASE WHEN order_id % 2 = 0 THEN 'it\\'s' ELSE 'changed' END))) AS attrs")
-    sql = TRANSFORM_SQL.replace("AS line_total\n", f"AS line_total,\n       {attrs}\n")
-    plan = write_plan(root, set_transform(sql), promotion=promotion)
-    out = run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
-                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
-    assert out.exit_code == EXIT_OK, out.message
-    st = out.targets["orders_clean"]
-    assert st.verified and st.window is not None and st.window.preview is not None
-    assert st.window.preview.changed_by_column["attrs"] > 0
+    out, by_column = _promoted_with(spark, root, promotion, (
+        "parse_json(to_json(named_struct('status', status, 'note', "
+        "CASE WHEN order_id % 2 = 0 THEN 'it\\'s' ELSE 'changed' END))) AS attrs"))
+    assert by_column["attrs"] > 0
     assert out.evidence_path is not None
     text = Path(out.evidence_path).read_text(encoding="utf-8")
     assert '\\"note\\":\\"changed\\"' in text or '"note":"changed"' in text, text[:2000]
@@ -205,14 +214,7 @@ def test_struct_array_binary_and_char_columns_are_promoted_and_sampled(
     extra = (f"named_struct('a', status, 'b', IF({even}, X'00FF', X'01')) AS info, "
              f"array(named_struct('k', UPPER(currency), 'v', IF({even}, quantity, -1))) AS tags, "
              f"IF({even}, X'0A0B', X'0C') AS raw, IF({even}, 'ab', 'x') AS code")
-    sql = TRANSFORM_SQL.replace("AS line_total\n", f"AS line_total,\n       {extra}\n")
-    plan = write_plan(root, set_transform(sql), promotion=promotion)
-    out = run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
-                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
-    assert out.exit_code == EXIT_OK, out.message
-    st = out.targets["orders_clean"]
-    assert st.verified and st.window is not None and st.window.preview is not None
-    by_column = st.window.preview.changed_by_column
+    out, by_column = _promoted_with(spark, root, promotion, extra)
     assert by_column["code"] == by_column["raw"] == by_column["info"] == by_column["tags"] > 0, \
         by_column
     assert out.evidence_path is not None
