@@ -23,7 +23,7 @@ import yaml
 from sparkguard import audit
 from sparkguard.audit import Finding
 from sparkguard.doc_io import dump_yaml
-from sparkguard.ledger_model import CHAIN_ORDER, audit_body
+from sparkguard.ledger_model import CHAIN_ORDER, audit_body, instant
 
 __all__ = [
     "EVIDENCE_HASH_FIELDS",
@@ -154,7 +154,7 @@ def evidence_record(where: str, data: Mapping[str, Any], records: Sequence[Mappi
 def _utc(at: Any) -> str:
     """A ledger instant (naive values are local time, as PySpark reads them) in UTC."""
     if isinstance(at, dt.datetime):
-        return at.astimezone(dt.UTC).isoformat(timespec="seconds")
+        return instant(at).isoformat(timespec="seconds")
     return str(at)
 
 

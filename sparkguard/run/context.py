@@ -72,6 +72,7 @@ class TargetState:
     pending_wave: tuple[int, tuple[object, ...]] | None = None  # written, gated with the window
     txn_version: int = 1  # Delta txnVersion of the next promotion attempt
     notes: list[str] = field(default_factory=list)
+    char_lengths: dict[str, int] | None = None  # the target's CHAR(n) columns, read once
 
     @property
     def baseline_version(self) -> int | None:

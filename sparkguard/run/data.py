@@ -70,15 +70,22 @@ def transform(ctx: RunContext, state: RunState, st: TargetState, partitions: Seq
     """The target's recomputation for ``partitions``, and the temp views it uses."""
     df, views = _compute(ctx, state, st.spec.transform, f"{st.spec.label}: transform",
                          partitions, tag)
-    return _char_padded(df, delta_ops.read_table(ctx.spark, st.ref).schema), views
+    if st.char_lengths is None:  # once per run, not per slice
+        st.char_lengths = _char_lengths(delta_ops.read_table(ctx.spark, st.ref).schema)
+    return _char_padded(df, st.char_lengths), views
 
 
-def _char_padded(df: DataFrame, target: StructType) -> DataFrame:
-    """``df`` with the values of the target's ``CHAR(n)`` columns padded to ``n`` with spaces, as
-    Delta stores them and Spark reads them back: the shadow, the gates and the verification
-    then see the values the target will hold. Longer values are left for Delta to refuse."""
-    chars = {f.name: int(m.group(1)) for f in target.fields
-             if (m := _CHAR.fullmatch(str(f.metadata.get(_CHAR_KEY, ""))))}
+def _char_lengths(target: StructType) -> dict[str, int]:
+    """The target's ``CHAR(n)`` columns and their ``n``."""
+    return {f.name: int(m.group(1)) for f in target.fields
+            if (m := _CHAR.fullmatch(str(f.metadata.get(_CHAR_KEY, ""))))}
+
+
+def _char_padded(df: DataFrame, chars: dict[str, int]) -> DataFrame:
+    """``df`` with the values of the target's ``CHAR(n)`` columns (``chars``) padded to ``n``
+    with spaces, as Delta stores them and Spark reads them back: the shadow, the gates and the
+    verification then see the values the target will hold. Longer values are left for Delta to
+    refuse."""
     cols = [c for c in df.columns if c in chars
             and isinstance(df.schema[c].dataType, StringType)]
     if not cols:
