@@ -13,11 +13,15 @@ What differs, and what each kind of session gets:
   (``spark.addTag``; Spark UI job tags, ``spark.interruptTag``);
 - the driver's log level: classic sessions set it; over Connect the server owns its logging;
 - whether a file exists: classic sessions ask the Hadoop file system directly (no Spark job;
-  the ledger checks its tables this way on every run); over Connect ``delta_ops`` asks Delta.
+  the ledger checks its tables this way on every run); over Connect ``delta_ops`` asks Delta;
+- a target's generated columns: Spark's reader leaves their expressions out of the schema, so
+  classic sessions read them from the Delta log's metadata; over Connect they stay unknown and
+  Delta alone checks them, at promotion.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING
 
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JOB_LABEL_KEYS",
     "TAG_PREFIX",
+    "generation_expressions",
     "is_connect",
     "job_labels",
     "path_exists",
@@ -35,6 +40,7 @@ __all__ = [
     "set_log_level",
 ]
 
+_GENERATED = "delta.generationExpression"  # a generated column's field metadata
 # the classic labels (thread-local properties of the SparkContext)
 JOB_LABEL_KEYS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 # Connect: the snapshot of a thread's tags is kept under this key, comma-joined (a tag holds no
@@ -113,3 +119,20 @@ def path_exists(spark: SparkSession, path: str) -> bool:
     hpath = jvm.org.apache.hadoop.fs.Path(path)
     fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     return bool(fs.exists(hpath))
+
+
+def generation_expressions(spark: SparkSession, location: str) -> dict[str, str] | None:
+    """Each generated column of the Delta table at ``location`` with its expression, from the
+    log's metadata as the classic session's JVM last read it (the run has read the table by
+    then); None over Connect, or where the cluster refuses JVM access (standard access mode)."""
+    if is_connect(spark):
+        return None
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+        text = str(log.unsafeVolatileSnapshot().metadata().schemaString())
+    except Exception:  # py4j or the cluster's security refused: unknown, not fatal
+        return None
+    return {f["name"]: f["metadata"][_GENERATED] for f in json.loads(text).get("fields", [])
+            if _GENERATED in (f.get("metadata") or {})}

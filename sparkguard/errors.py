@@ -15,12 +15,19 @@ __all__ = [
     "RollbackRefusedError",
     "SparkguardError",
     "TargetMovedError",
+    "first_line",
 ]
 
 EXIT_OK = 0
 EXIT_GATE_FAILED = 1
 EXIT_USAGE = 2
 EXIT_RUNTIME = 3
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line (at most 300 characters), for a reason or a finding."""
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
 
 
 class SparkguardError(Exception):

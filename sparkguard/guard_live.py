@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkguard import delta_ops
+from sparkguard.errors import first_line
 from sparkguard.guard import Finding, Severity, window_partitions
 from sparkguard.guard_checks import not_null_findings
 from sparkguard.guard_window import rewrites_most, window_column_problem
@@ -260,12 +261,12 @@ class _Live:
                 _analyse(df.select(F.expr(expr)))
             except Exception as exc:
                 self.add("metric_expr_invalid", f"{where}[{i}].{side}",
-                         f"{expr!r} does not resolve on the {what}: {_first_line(exc)}",
+                         f"{expr!r} does not resolve on the {what}: {first_line(exc)}",
                          "use columns of that side")
                 continue
             self.add("metric_expr_invalid", f"{where}[{i}].{side}",
                      f"{expr!r} cannot be aggregated with {agg.value} on the {what}: "
-                     f"{_first_line(not_aggregable)}",
+                     f"{first_line(not_aggregable)}",
                      "write a deterministic expression of one row's columns, without "
                      f"aggregate or window functions (the gate applies {agg.value} itself: "
                      f"'amount', not 'sum(amount)'), of a type {agg.value} takes")
@@ -278,7 +279,7 @@ class _Live:
                 fn = getattr(importlib.import_module(mod_name), fn_name)
             except Exception as exc:
                 self.add("transform_invalid", f"{path}.callable",
-                         f"{tr.callable!r} cannot be imported: {_first_line(exc)}",
+                         f"{tr.callable!r} cannot be imported: {first_line(exc)}",
                          "check the module path and function name")
                 return
             if not callable(fn):
@@ -298,11 +299,11 @@ class _Live:
         except ParseException as exc:
             self.add("transform_invalid", f"{path}.sql",
                      f"it does not parse as one query (a command such as DELETE, INSERT or "
-                     f"MERGE is never run): {_first_line(exc)}",
+                     f"MERGE is never run): {first_line(exc)}",
                      "write one SELECT (or WITH ... SELECT) reading {source}")
         except Exception as exc:
             self.add("transform_invalid", f"{path}.sql",
-                     f"the query does not analyse against the source: {_first_line(exc)}",
+                     f"the query does not analyse against the source: {first_line(exc)}",
                      "fix the SQL (column and function names)")
         finally:
             self.spark.catalog.dropTempView(view)
@@ -379,11 +380,6 @@ _AGGREGATE = {Aggregation.SUM: F.sum, Aggregation.AVG: F.sum, Aggregation.MIN: F
 def _analyse(df: DataFrame) -> T.StructType:
     """Resolve a DataFrame's plan (names, types, functions) without running a job."""
     return df.schema
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
 
 
 def live_findings(spark: SparkSession, plan: BackfillPlan) -> list[Finding]:

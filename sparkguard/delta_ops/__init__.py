@@ -53,8 +53,8 @@ from sparkguard.delta_ops.tables import (
     lock_key,
     read_table,
     read_version,
-    retention_properties,
     table_exists,
+    write_constraints,
 )
 from sparkguard.delta_ops.writes import (
     promote_merge,
@@ -95,12 +95,12 @@ __all__ = [
     "read_table",
     "read_version",
     "restore",
-    "retention_properties",
     "revert_window",
     "snapshot_files",
     "table_exists",
     "user_metadata",
     "window_changes",
     "with_conflict_retry",
+    "write_constraints",
     "write_partitions",
 ]

@@ -9,10 +9,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sparkguard import compat
 from sparkguard.delta_ops.conflicts import error_condition
-from sparkguard.sql import TableRef, describe_detail_statement
+from sparkguard.sql import TableRef, describe_detail_statement, quote_column
+
+_CONSTRAINT = "delta.constraints."  # a CHECK constraint's table property: name -> expression
 
 __all__ = ["delta_log_exists", "delta_table", "detail", "location_key", "lock_key", "read_table",
-           "read_version", "retention_properties", "table_exists"]
+           "read_version", "table_exists", "write_constraints"]
 
 
 def table_exists(spark: SparkSession, ref: TableRef) -> bool:
@@ -128,7 +130,17 @@ def location_key(location: object) -> str:
     return str(location or "").rstrip("/")
 
 
-def retention_properties(spark: SparkSession, ref: TableRef) -> dict[str, str]:
-    """The table's Delta properties (log/file retention among them)."""
-    row = detail(spark, ref).select("properties").first()
-    return dict(row["properties"] or {}) if row else {}
+def write_constraints(spark: SparkSession, ref: TableRef) -> tuple[tuple[str, str], ...]:
+    """What Delta checks on every row written into ``ref`` beyond its types and NOT NULL, as
+    (gate name, SQL expression a row must make true): each ``CHECK`` constraint (a row where it
+    is false or null is refused), and each generated column, whose value must equal its
+    generation expression (known on classic sessions only: ``compat.generation_expressions``)."""
+    row = detail(spark, ref).select("properties", "location").first()
+    props = dict(row["properties"] or {}) if row else {}
+    checks = [(f"check_constraint[{k.removeprefix(_CONSTRAINT)}]", v)
+              for k, v in sorted(props.items()) if k.startswith(_CONSTRAINT)]
+    location = row["location"] if row else None
+    exprs = (compat.generation_expressions(spark, location) if location else None) or {}
+    generated = [(f"generated_column[{name}]", f"{quote_column(name)} <=> ({expr})")
+                 for name, expr in exprs.items()]
+    return (*checks, *generated)

@@ -177,6 +177,8 @@ def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any]
         row[k] = int(r.get(src) or 0)
     for j, c in enumerate(spec.not_null):
         row[f"null_{c}"] = int(r.get(f"__sg_z{j}") or 0)
+    for j, (gate, _expr) in enumerate(spec.constraints):
+        row[gate] = int(r.get(f"__sg_zc{j}") or 0)
     if lay.has_target:
         row["changes"] = {k: int(r.get(k) or 0) for k in
                           ("inserted", "deleted", "changed", "unchanged", "ambiguous")}

@@ -183,6 +183,12 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
             gate=f"not_null[{col}]", check_type="nullability_contract", passed=n == 0,
             measured=n, threshold=0, expected=0,
             reason=f"{n} null value(s) in non-null column {col!r} of the shadow"))
+    for gate, expr in spec.constraints:
+        n = sum(int(r.get(gate) or 0) for r in rows)
+        gates.append(GateResult(
+            gate=gate, check_type="table_constraint", passed=n == 0, measured=n, threshold=0,
+            expected=0, reason=(f"{n} row(s) of the shadow make {expr} false or null: the "
+                                "target's Delta table would refuse them at promotion")))
     for col, near in (unknown_not_null or {}).items():
         gates.append(GateResult(
             gate=f"not_null[{col}]", check_type="nullability_contract", passed=False,

@@ -223,13 +223,15 @@ def _count_bit(spec: ReconcileSpec, lay: _Layout, i: int, code: str) -> tuple[st
 
 
 def _bits(spec: ReconcileSpec, lay: _Layout) -> list[tuple[str, str, str]]:
-    """One-bit inputs, packed 62 to a long: (``null``, not-null column, ``1``), (``count``,
+    """One-bit inputs, packed 62 to a long: (``null``, not-null column, ``1``), (``violates``,
+    table constraint, ``1``), (``count``,
     expression, code) -- a count (and an average's count) needs only whether its input is null,
     and metrics counting one expression share its bit -- (``finite``, ...) for the counts of
     metrics excluding NaN and infinities, and (``nan``, ...), (``posinf``, ...), (``neginf``, ...)
     where a sum, average, min or max has a float input: its NaN, +inf and -inf rows are counted
     apart on every side."""
     bits = [("null", c, "1") for c in spec.not_null]
+    bits += [("violates", expr, "1") for _gate, expr in spec.constraints]
     for i, m in enumerate(spec.metrics):
         for code in _codes(lay, i):
             if m.aggregation in (Aggregation.COUNT, Aggregation.AVG):

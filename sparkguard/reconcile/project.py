@@ -53,6 +53,8 @@ def _flag(kind: str, what: str) -> Column:
     if kind == "null":
         return column(what).isNull()
     value = F.expr(what)
+    if kind == "violates":  # as Delta: a row where the constraint is false or null is refused
+        return ~F.coalesce(value.cast("boolean"), F.lit(False))
     if kind == "nan":
         return F.coalesce(F.isnan(value), F.lit(False))
     if kind in ("posinf", "neginf"):
@@ -236,5 +238,9 @@ def _l1_aggs(spec: ReconcileSpec, lay: _Layout, columns: Sequence[str]) -> list[
         flag = bit(("null", c, "1"))
         if flag is not None:
             aggs.append(F.sum(flag).alias(f"__sg_z{j}"))
+    for j, (_gate, expr) in enumerate(spec.constraints):
+        flag = bit(("violates", expr, "1"))
+        if flag is not None:
+            aggs.append(F.sum(flag).alias(f"__sg_zc{j}"))
     return aggs
 

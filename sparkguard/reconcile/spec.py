@@ -83,6 +83,10 @@ class ReconcileSpec:
     # the promotion matches target rows on the business keys (MERGE): a key of the shadow held
     # more than once by the target's window fails the ``merge_target_keys`` gate
     merge_keys: bool = False
+    # what the target's Delta table checks on each written row (CHECK constraints, generated
+    # columns) as (gate name, expression a shadow row must make true); a row where it is false
+    # or null counts against its gate
+    constraints: tuple[tuple[str, str], ...] = ()
 
     def extra_duplicate_threshold(self, cols: tuple[str, ...]) -> ThresholdSpec:
         """The threshold of the extra duplicate check on ``cols``."""

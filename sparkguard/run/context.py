@@ -73,6 +73,8 @@ class TargetState:
     txn_version: int = 1  # Delta txnVersion of the next promotion attempt
     notes: list[str] = field(default_factory=list)
     char_lengths: dict[str, int] | None = None  # the target's CHAR(n) columns, read once
+    # the target's CHECK constraints and generated columns (delta_ops.write_constraints), once
+    constraints: tuple[tuple[str, str], ...] | None = None
 
     @property
     def baseline_version(self) -> int | None:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
+from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructType
 
 from sparkguard import delta_ops
-from sparkguard.errors import SparkguardError
+from sparkguard.errors import SparkguardError, first_line
 from sparkguard.plan.model import Transform
 from sparkguard.plan.window_spec import BUCKET_COLUMN
 from sparkguard.reconcile.engine import columns_of, reconcile, row_hash, table_fingerprint
@@ -142,10 +144,12 @@ def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
     """Gates of the shadow against the source (or the target's ``validation.reference``), per
     partition; the change preview against the target only with ``preview`` (the full
     window's)."""
-    spec = spec_for_target(ctx.plan, st.spec)
     shadow = shadow_df(ctx, st, partitions)
     target = target_df(ctx, st, partitions, target_version)
     schema = schema_contract_gates(columns_of(shadow), columns_of(target), st.spec.contract)
+    constraints, unresolved = _constraints(ctx, st, shadow)
+    schema += unresolved
+    spec = replace(spec_for_target(ctx.plan, st.spec), constraints=constraints)
     missing = unknown_columns(spec.business_keys, shadow.columns)
     if missing:  # nothing to pair rows by: the schema gates and this one say why
         return ReconcileResult(scope=scope, partitions=(), gates=(*schema, GateResult(
@@ -168,6 +172,29 @@ def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
     return ReconcileResult(scope=res.scope, partitions=res.partitions,
                            gates=(*res.gates, *schema), preview=res.preview,
                            duplicate_sample=res.duplicate_sample)
+
+
+def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame
+                 ) -> tuple[tuple[tuple[str, str], ...], list[GateResult]]:
+    """The target's CHECK constraints and generated columns the shadow's rows are counted
+    against, and a failed gate for each whose expression does not resolve on the shadow."""
+    if st.constraints is None:  # once per run, not per slice
+        st.constraints = delta_ops.write_constraints(ctx.spark, st.ref)
+    ok: list[tuple[str, str]] = []
+    failed: list[GateResult] = []
+    for gate, expr in st.constraints:
+        try:
+            _ = shadow.select(F.expr(expr)).schema  # analysis only: nothing runs
+        except (AnalysisException, ParseException) as exc:
+            failed.append(GateResult(
+                gate=gate, check_type="table_constraint", passed=False, measured=None,
+                threshold=0, expected=0,
+                reason=(f"the target checks {expr} on every row written, which does not resolve "
+                        f"on the recomputed rows: {first_line(exc)}; "
+                        "output the columns it names")))
+            continue
+        ok.append((gate, expr))
+    return tuple(ok), failed
 
 
 def bucketed(ctx: RunContext, df: DataFrame) -> DataFrame:

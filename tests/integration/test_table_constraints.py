@@ -1,0 +1,126 @@
+"""What the target's Delta table checks on every written row (CHECK constraints, generated
+columns) is a gate on the shadow, before any commit: a violating row fails reconciliation with
+its count, instead of Delta refusing the promotion at commit time (a runtime failure)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from delta.tables import DeltaTable
+
+from sparkguard.cli import main
+from sparkguard.demo import TRANSFORM_SQL
+from sparkguard.errors import EXIT_GATE_FAILED, EXIT_OK
+from sparkguard.sql import TableRef
+from tests.lakes import copy_lake, set_transform, write_plan
+
+pytestmark = pytest.mark.spark
+
+# rows the broken transforms below get wrong: in the window, order_id % 50 in (0, 1)
+BROKEN = "order_id % 50 IN (0, 1)"
+
+
+def _with_rules(spark: Any, root: Path) -> TableRef:
+    """The lake's target rebuilt with a generated column and a CHECK constraint (Delta only
+    declares generated columns at creation), holding the same rows."""
+    path = root / "target" / "orders_clean"
+    held = root / "held"
+    spark.read.format("delta").load(str(path)).write.format("delta").save(str(held))
+    rows = spark.read.format("delta").load(str(held))
+    shutil.rmtree(path)
+    ref = TableRef(path=str(path))
+    builder = DeltaTable.create(spark).location(str(path)).partitionedBy("order_date")
+    for f in rows.schema.fields:
+        builder = builder.addColumn(f.name, f.dataType)
+    builder.addColumn("order_month", "INT", generatedAlwaysAs="month(order_date)").execute()
+    spark.sql(f"ALTER TABLE {ref.sql} ADD CONSTRAINT `positive quantity` CHECK (quantity > 0)")
+    rows.write.format("delta").mode("append").save(str(path))
+    return ref
+
+
+def _run(plan: Path, root: Path) -> int:
+    return main(["run", "--plan", str(plan), "--home", str(root / "_sg"),
+                 "--evidence-dir", str(root / "evidence")])
+
+
+def _gate_results(root: Path, gate: str) -> list[tuple[list[str], dict[str, Any]]]:
+    """Each slice's or the window's result of ``gate`` in the evidence, with the partitions
+    that result covered."""
+    (evidence,) = (root / "evidence").glob("*.yaml")
+    ev = yaml.safe_load(evidence.read_text())["sparkguard"]
+    return [([str(p["partition"]) for p in res["partitions"]], g)
+            for t in ev["targets"]
+            for res in [*t["slices"], *([t["window"]] if t.get("window") else [])]
+            for g in res["gates"] if g["gate"] == gate]
+
+
+def _version(spark: Any, ref: TableRef) -> int:
+    return int(DeltaTable.forPath(spark, ref.path).history(1).first()["version"])
+
+
+def _transform(quantity: str = "quantity",
+               order_month: str = "month(order_date) AS order_month") -> str:
+    """The demo transform with these select items for quantity and the generated column."""
+    return (TRANSFORM_SQL.replace("status,\n       quantity,", f"status,\n       {quantity},")
+            .replace("AS line_total\n", f"AS line_total,\n       {order_month}\n"))
+
+
+@pytest.mark.parametrize("promotion", ["replace_where", "merge_changed"])
+def test_rules_the_recomputation_keeps_promote(spark: Any, base_lake: Path, tmp_path: Path,
+                                               promotion: str) -> None:
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = _with_rules(spark, root)
+    before = _version(spark, ref)
+    assert _run(write_plan(root, set_transform(_transform()), promotion=promotion), root) == EXIT_OK
+    assert _version(spark, ref) > before
+    for name in ("check_constraint[positive quantity]", "generated_column[order_month]"):
+        results = _gate_results(root, name)
+        assert results and all(g["passed"] and g["measured"] == 0 for _p, g in results), results
+
+
+@pytest.mark.parametrize(("broken", "gate"), [
+    ({"quantity": f"CASE WHEN {BROKEN} AND order_id % 2 = 0 THEN 0 WHEN {BROKEN} THEN NULL "
+                  "ELSE quantity END AS quantity"}, "check_constraint[positive quantity]"),
+    ({"order_month": f"month(order_date) + CASE WHEN {BROKEN} THEN 1 ELSE 0 END AS order_month"},
+     "generated_column[order_month]"),
+], ids=["check", "generated"])
+@pytest.mark.parametrize("promotion", ["replace_where", "merge_changed"])
+def test_a_row_the_target_would_refuse_fails_its_gate_before_any_commit(
+        spark: Any, base_lake: Path, tmp_path: Path, broken: dict[str, str], gate: str,
+        promotion: str) -> None:
+    """Zero and null quantities (Delta refuses a row where the CHECK is false or null) or a
+    generated column off its expression: each result of the gate counts exactly the broken
+    rows of the partitions it checked, and the target keeps the version it had."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = _with_rules(spark, root)
+    before = _version(spark, ref)
+    plan = write_plan(root, set_transform(_transform(**broken)), promotion=promotion)
+    assert _run(plan, root) == EXIT_GATE_FAILED
+    assert _version(spark, ref) == before
+    results = _gate_results(root, gate)
+    assert results and not all(g["passed"] for _p, g in results), results
+    source = TableRef(path=str(root / "source" / "orders"))
+    for parts, g in results:
+        n = spark.sql(f"SELECT count(*) FROM {source.sql} WHERE {BROKEN} AND order_date IN "
+                      f"({', '.join(f'DATE{p!r}' for p in parts)})").first()[0]
+        assert g["measured"] == n and g["passed"] == (n == 0), (parts, g)
+        assert f"{n} row(s) of the shadow make" in g["reason"], g["reason"]
+
+
+def test_a_constraint_on_a_column_the_recomputation_lacks_fails_its_gate(
+        spark: Any, base_lake: Path, tmp_path: Path) -> None:
+    """The recomputation drops the column a CHECK constraint names: its gate fails saying the
+    expression does not resolve (the run does not crash), beside the schema gate."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = _with_rules(spark, root)
+    before = _version(spark, ref)
+    sql = _transform().replace("status,\n       quantity,", "status,")
+    assert _run(write_plan(root, set_transform(sql)), root) == EXIT_GATE_FAILED
+    assert _version(spark, ref) == before
+    (_parts, g), *_ = _gate_results(root, "check_constraint[positive quantity]")
+    assert not g["passed"] and "does not resolve on the recomputed rows" in g["reason"], g
+    assert any(not s["passed"] for _p, s in _gate_results(root, "schema_matches_target"))
