@@ -47,6 +47,7 @@ from sparkguard.delta_ops.log_tables import (
 )
 from sparkguard.delta_ops.sessions import isolated_session
 from sparkguard.delta_ops.tables import (
+    WriteChecks,
     delta_log_exists,
     detail,
     location_key,
@@ -54,7 +55,7 @@ from sparkguard.delta_ops.tables import (
     read_table,
     read_version,
     table_exists,
-    write_constraints,
+    write_checks,
 )
 from sparkguard.delta_ops.writes import (
     promote_merge,
@@ -69,6 +70,7 @@ __all__ = [
     "DATA_NEUTRAL_OPERATIONS",
     "LOG_TABLE_PROPERTIES",
     "PromotionState",
+    "WriteChecks",
     "append_rows",
     "commit_metadata",
     "commits_since",
@@ -101,6 +103,6 @@ __all__ = [
     "user_metadata",
     "window_changes",
     "with_conflict_retry",
-    "write_constraints",
+    "write_checks",
     "write_partitions",
 ]

@@ -3,6 +3,8 @@ snapshot, time travel, ``DESCRIBE DETAIL``."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -13,8 +15,8 @@ from sparkguard.sql import TableRef, describe_detail_statement, quote_column
 
 _CONSTRAINT = "delta.constraints."  # a CHECK constraint's table property: name -> expression
 
-__all__ = ["delta_log_exists", "delta_table", "detail", "location_key", "lock_key", "read_table",
-           "read_version", "table_exists", "write_constraints"]
+__all__ = ["WriteChecks", "delta_log_exists", "delta_table", "detail", "location_key", "lock_key",
+           "read_table", "read_version", "table_exists", "write_checks"]
 
 
 def table_exists(spark: SparkSession, ref: TableRef) -> bool:
@@ -130,17 +132,29 @@ def location_key(location: object) -> str:
     return str(location or "").rstrip("/")
 
 
-def write_constraints(spark: SparkSession, ref: TableRef) -> tuple[tuple[str, str], ...]:
-    """What Delta checks on every row written into ``ref`` beyond its types and NOT NULL, as
-    (gate name, SQL expression a row must make true): each ``CHECK`` constraint (a row where it
-    is false or null is refused), and each generated column, whose value must equal its
-    generation expression (known on classic sessions only: ``compat.generation_expressions``)."""
+@dataclass(frozen=True)
+class WriteChecks:
+    """What Delta checks on every row written into a table beyond its types and NOT NULL."""
+
+    checks: tuple[tuple[str, str], ...] = ()  # CHECK constraints: (name, expression)
+    generated: tuple[tuple[str, str], ...] = ()  # generated columns: (column, expression)
+
+    def gates(self) -> tuple[tuple[str, str], ...]:
+        """(gate name, SQL expression a row must make true) for each: a row where a CHECK is
+        false or null is refused, and one whose generated column differs from its expression."""
+        return (*((f"check_constraint[{n}]", e) for n, e in self.checks),
+                *((f"generated_column[{c}]", f"{quote_column(c)} <=> ({e})")
+                  for c, e in self.generated))
+
+
+def write_checks(spark: SparkSession, ref: TableRef) -> WriteChecks:
+    """``ref``'s CHECK constraints (``DESCRIBE DETAIL``'s properties) and generated columns (known
+    on classic sessions only: ``compat.generation_expressions``)."""
     row = detail(spark, ref).select("properties", "location").first()
     props = dict(row["properties"] or {}) if row else {}
-    checks = [(f"check_constraint[{k.removeprefix(_CONSTRAINT)}]", v)
-              for k, v in sorted(props.items()) if k.startswith(_CONSTRAINT)]
     location = row["location"] if row else None
     exprs = (compat.generation_expressions(spark, location) if location else None) or {}
-    generated = [(f"generated_column[{name}]", f"{quote_column(name)} <=> ({expr})")
-                 for name, expr in exprs.items()]
-    return (*checks, *generated)
+    return WriteChecks(
+        checks=tuple((k.removeprefix(_CONSTRAINT), v) for k, v in sorted(props.items())
+                     if k.startswith(_CONSTRAINT)),
+        generated=tuple(exprs.items()))

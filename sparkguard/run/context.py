@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import DataType
 
+from sparkguard.delta_ops import WriteChecks
 from sparkguard.ledger import Ledger, PlanHistory, RunProgress
 from sparkguard.notify import Notifier, send_all
 from sparkguard.plan.model import BackfillPlan, Promotion, TargetSpec
@@ -72,9 +74,11 @@ class TargetState:
     pending_wave: tuple[int, tuple[object, ...]] | None = None  # written, gated with the window
     txn_version: int = 1  # Delta txnVersion of the next promotion attempt
     notes: list[str] = field(default_factory=list)
-    char_lengths: dict[str, int] | None = None  # the target's CHAR(n) columns, read once
-    # the target's CHECK constraints and generated columns (delta_ops.write_constraints), once
-    constraints: tuple[tuple[str, str], ...] | None = None
+    # read once per run: the target's CHAR(n) columns, its CHECK constraints and generated
+    # columns, and the types of the latter
+    char_lengths: dict[str, int] | None = None
+    write_checks: WriteChecks | None = None
+    generated_types: dict[str, DataType] = field(default_factory=dict)
 
     @property
     def baseline_version(self) -> int | None:

@@ -72,9 +72,22 @@ def transform(ctx: RunContext, state: RunState, st: TargetState, partitions: Seq
     """The target's recomputation for ``partitions``, and the temp views it uses."""
     df, views = _compute(ctx, state, st.spec.transform, f"{st.spec.label}: transform",
                          partitions, tag)
-    if st.char_lengths is None:  # once per run, not per slice
-        st.char_lengths = _char_lengths(delta_ops.read_table(ctx.spark, st.ref).schema)
-    return _char_padded(df, st.char_lengths), views
+    checks = _read_target_rules(ctx, st)
+    assert st.char_lengths is not None
+    omitted = {c: F.expr(e).cast(st.generated_types[c])
+               for c, e in checks.generated if c not in df.columns}
+    return _char_padded(df.withColumns(omitted) if omitted else df, st.char_lengths), views
+
+
+def _read_target_rules(ctx: RunContext, st: TargetState) -> delta_ops.WriteChecks:
+    """The target's CHAR(n) lengths, CHECK constraints and generated columns, read once per
+    run (not per slice) into ``st``."""
+    if st.write_checks is None:
+        schema = delta_ops.read_table(ctx.spark, st.ref).schema
+        st.char_lengths = _char_lengths(schema)
+        st.write_checks = delta_ops.write_checks(ctx.spark, st.ref)
+        st.generated_types = {f.name: f.dataType for f in schema.fields}
+    return st.write_checks
 
 
 def _char_lengths(target: StructType) -> dict[str, int]:
@@ -178,11 +191,9 @@ def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame
                  ) -> tuple[tuple[tuple[str, str], ...], list[GateResult]]:
     """The target's CHECK constraints and generated columns the shadow's rows are counted
     against, and a failed gate for each whose expression does not resolve on the shadow."""
-    if st.constraints is None:  # once per run, not per slice
-        st.constraints = delta_ops.write_constraints(ctx.spark, st.ref)
     ok: list[tuple[str, str]] = []
     failed: list[GateResult] = []
-    for gate, expr in st.constraints:
+    for gate, expr in _read_target_rules(ctx, st).gates():
         try:
             _ = shadow.select(F.expr(expr)).schema  # analysis only: nothing runs
         except (AnalysisException, ParseException) as exc:
