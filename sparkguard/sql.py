@@ -43,7 +43,8 @@ __all__ = [
 IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 _PATH_FORBIDDEN = re.compile(r"[`'\"\\;\x00-\x1f\x7f]")
-_EXPR_FORBIDDEN = re.compile(r";|--|/\*|\*/|`")
+_EXPR_FORBIDDEN = re.compile(r";|--|/\*|\*/")
+_QUOTED_NAME = re.compile(r"`(?:[^`]|``)*`")  # a backquoted name; a backquote inside doubled
 _EXPR_SUBQUERY = re.compile(r"(?i)\bselect\b")
 # Tokens of a SQL text: quoted strings and identifiers, comments, words, one other character.
 _SQL_TOKEN = re.compile(r"""'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|`(?:[^`]|``)*`?|--[^\n]*"""
@@ -321,8 +322,13 @@ def check_expression(expr: str) -> str:
         raise UnsafeSQLError("empty expression")
     if _EXPR_FORBIDDEN.search(expr):
         raise UnsafeSQLError(
-            f"expression {expr!r} contains ';', a comment or a backquote; "
-            "write one plain SQL expression over plain column names"
+            f"expression {expr!r} contains ';' or a comment; write one plain SQL expression "
+            "over the row's columns"
+        )
+    if any(t.startswith("`") and not _QUOTED_NAME.fullmatch(t) for t in _SQL_TOKEN.findall(expr)):
+        raise UnsafeSQLError(
+            f"expression {expr!r} has an unterminated backquote; write a column name with "
+            "spaces or dots as `name`, a backquote inside it doubled"
         )
     if _EXPR_SUBQUERY.search(expr):
         raise UnsafeSQLError(

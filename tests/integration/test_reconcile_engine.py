@@ -675,6 +675,15 @@ def test_column_names_with_a_dot_a_backquote_and_a_space(spark: Any) -> None:
     assert by_key == {1: ["amount.usd"], 2: ["note`q"], 3: ["has space"]}
     nulls = [g for g in res.gates if g.gate.startswith("not_null") and g.partition is None]
     assert nulls and not nulls[0].passed  # key 3's amount.usd is null in the shadow
+    # a metric and a table constraint naming them backquoted, as a plan and Delta write them
+    spec = replace(spec, metrics=(MetricSpec("doubled", Aggregation.SUM, "`has space` * 2",
+                                             "`has space` * 2", ThresholdSpec()),),
+                   constraints=(("check_constraint[usd]", "`amount.usd` > 1.6"),))
+    res = reconcile(spec, shadow=shadow, target=target, source=target, partitions=[DAYS[0]])
+    (stats,) = res.partitions
+    assert stats.metrics["doubled"] == {"source": 12, "shadow": 14, "target": 12}
+    (check,) = [g for g in res.gates if g.gate == "check_constraint[usd]"]
+    assert (check.measured, check.passed) == (2, False)  # 2.0 passes; 1.5 and null fail
 
 
 def test_min_and_max_of_a_collated_string_agree_across_groups_and_partitions(

@@ -443,3 +443,23 @@ def test_approve_by_refuses_a_bidi_override(tmp_path: Path,
     assert main(["approve", str(path), "--role", "data-platform-owner",
                  "--by", "alice\u202e@example.com"]) == EXIT_USAGE
     assert "--by" in capsys.readouterr().err and not approvals_path(path).exists()
+
+
+@pytest.mark.parametrize(("expr", "refused"), [
+    ("`order amount` * 2", None),
+    ("`fx.rate` * `we``ird`", None),
+    ("concat('`', status)", None),  # a backquote inside a string literal is not a name
+    ("sum(`line_total)", "unterminated backquote"),
+    ("`a``", "unterminated backquote"),
+    ("`x` -- y", "a comment"),
+])
+def test_metric_expressions_take_backquoted_names(expr: str, refused: str | None) -> None:
+    """A column with a space, a dot or a backquote in its name can be named in a metric; an
+    unterminated backquote is a plan error naming the field."""
+    from sparkguard.sql import UnsafeSQLError, check_expression
+
+    if refused is None:
+        assert check_expression(expr) == expr
+        return
+    with pytest.raises(UnsafeSQLError, match=refused):
+        check_expression(expr)
