@@ -24,7 +24,21 @@ pytestmark = pytest.mark.spark
 BROKEN = "order_id % 50 IN (0, 1)"
 
 
-def _with_rules(spark: Any, root: Path) -> TableRef:
+@pytest.fixture(scope="module")
+def rules_lake(spark: Any, base_lake: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The base lake with its target rebuilt with a generated column and a CHECK constraint,
+    built once; tests copy it."""
+    root = copy_lake(base_lake, tmp_path_factory.mktemp("rules") / "lake")
+    _with_rules(spark, root)
+    return root
+
+
+def _copy(rules_lake: Path, tmp_path: Path) -> tuple[Path, TableRef]:
+    root = copy_lake(rules_lake, tmp_path / "lake")
+    return root, TableRef(path=str(root / "target" / "orders_clean"))
+
+
+def _with_rules(spark: Any, root: Path) -> None:
     """The lake's target rebuilt with a generated column and a CHECK constraint (Delta only
     declares generated columns at creation), holding the same rows."""
     path = root / "target" / "orders_clean"
@@ -39,7 +53,6 @@ def _with_rules(spark: Any, root: Path) -> TableRef:
     builder.addColumn("order_month", "INT", generatedAlwaysAs="month(order_date)").execute()
     spark.sql(f"ALTER TABLE {ref.sql} ADD CONSTRAINT `positive quantity` CHECK (quantity > 0)")
     rows.write.format("delta").mode("append").save(str(path))
-    return ref
 
 
 def _run(plan: Path, root: Path) -> int:
@@ -71,16 +84,15 @@ def _transform(quantity: str = "quantity",
         if order_month else sql
 
 
-@pytest.mark.parametrize("promotion", ["replace_where", "merge_changed"])
-@pytest.mark.parametrize("order_month", ["month(order_date) AS order_month", None],
-                         ids=["output", "omitted"])
-def test_rules_the_recomputation_keeps_promote(spark: Any, base_lake: Path, tmp_path: Path,
+@pytest.mark.parametrize(("order_month", "promotion"), [
+    ("month(order_date) AS order_month", "replace_where"), (None, "merge_changed"),
+], ids=["output-replace_where", "omitted-merge_changed"])
+def test_rules_the_recomputation_keeps_promote(spark: Any, rules_lake: Path, tmp_path: Path,
                                                promotion: str, order_month: str | None) -> None:
     """A recomputation that keeps the target's rules promotes and verifies; one that leaves the
     generated column out gets it computed as Delta would (the shadow then holds what the
     target will: the schema gate and the verification compare like with like)."""
-    root = copy_lake(base_lake, tmp_path / "lake")
-    ref = _with_rules(spark, root)
+    root, ref = _copy(rules_lake, tmp_path)
     before = _version(spark, ref)
     plan = write_plan(root, set_transform(_transform(order_month=order_month)),
                       promotion=promotion)
@@ -94,21 +106,20 @@ def test_rules_the_recomputation_keeps_promote(spark: Any, base_lake: Path, tmp_
     assert wrong == 0
 
 
-@pytest.mark.parametrize(("broken", "gate"), [
+@pytest.mark.parametrize(("broken", "gate", "promotion"), [
     ({"quantity": f"CASE WHEN {BROKEN} AND order_id % 2 = 0 THEN 0 WHEN {BROKEN} THEN NULL "
-                  "ELSE quantity END AS quantity"}, "check_constraint[positive quantity]"),
+                  "ELSE quantity END AS quantity"}, "check_constraint[positive quantity]",
+     "merge_changed"),
     ({"order_month": f"month(order_date) + CASE WHEN {BROKEN} THEN 1 ELSE 0 END AS order_month"},
-     "generated_column[order_month]"),
-], ids=["check", "generated"])
-@pytest.mark.parametrize("promotion", ["replace_where", "merge_changed"])
+     "generated_column[order_month]", "replace_where"),
+], ids=["check-merge_changed", "generated-replace_where"])
 def test_a_row_the_target_would_refuse_fails_its_gate_before_any_commit(
-        spark: Any, base_lake: Path, tmp_path: Path, broken: dict[str, str], gate: str,
+        spark: Any, rules_lake: Path, tmp_path: Path, broken: dict[str, str], gate: str,
         promotion: str) -> None:
     """Zero and null quantities (Delta refuses a row where the CHECK is false or null) or a
     generated column off its expression: each result of the gate counts exactly the broken
     rows of the partitions it checked, and the target keeps the version it had."""
-    root = copy_lake(base_lake, tmp_path / "lake")
-    ref = _with_rules(spark, root)
+    root, ref = _copy(rules_lake, tmp_path)
     before = _version(spark, ref)
     plan = write_plan(root, set_transform(_transform(**broken)), promotion=promotion)
     assert _run(plan, root) == EXIT_GATE_FAILED
@@ -124,11 +135,10 @@ def test_a_row_the_target_would_refuse_fails_its_gate_before_any_commit(
 
 
 def test_a_constraint_on_a_column_the_recomputation_lacks_fails_its_gate(
-        spark: Any, base_lake: Path, tmp_path: Path) -> None:
+        spark: Any, rules_lake: Path, tmp_path: Path) -> None:
     """The recomputation drops the column a CHECK constraint names: its gate fails saying the
     expression does not resolve (the run does not crash), beside the schema gate."""
-    root = copy_lake(base_lake, tmp_path / "lake")
-    ref = _with_rules(spark, root)
+    root, ref = _copy(rules_lake, tmp_path)
     before = _version(spark, ref)
     sql = _transform().replace("status,\n       quantity,", "status,")
     assert _run(write_plan(root, set_transform(sql)), root) == EXIT_GATE_FAILED
