@@ -124,8 +124,12 @@ def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]],
     order = list(dict.fromkeys([*wanted, *sorted(per_part, key=str)]))
     rows = [_gate_row(spec, lay, part, per_part.get(part, {}), distinct) for part in order]
     extra = {what: alt_dups.get(t, 0) for t, what in lay.alt_dups}
+    moved = spread = 0
+    if target is not None and spec.merge_keys and any(r.get("deleted") for r in per_part.values()):
+        # a key leaving a partition of the target: moved, or held in two partitions
+        moved, spread = _key_spread(lay, shadow, target)
     stats, gates = build_gates(spec, rows, source is not None, extra, target is not None,
-                               unknown_not_null)
+                               unknown_not_null, spread)
     samples = _pick_samples(lay, per_part, spec.sample_size)
     fetched = _fetch(lay, samples, shadow, target, source)
     preview = None
@@ -138,8 +142,6 @@ def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]],
                 totals[k] += int(r.get(k) or 0)
             for j, c in enumerate(names):
                 chg[c] += int(r.get(f"chg_{j}") or 0)
-        moved = (_moved_keys(lay, shadow, target)
-                 if spec.merge_keys and totals["inserted"] and totals["deleted"] else 0)
         preview = ChangePreview(
             inserted=totals["inserted"], deleted=totals["deleted"], changed=totals["changed"],
             unchanged=totals["unchanged"], ambiguous=totals["ambiguous"],
@@ -150,10 +152,12 @@ def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]],
                            preview=preview, duplicate_sample=dup_sample)
 
 
-def _moved_keys(lay: _Layout, shadow: DataFrame, target: DataFrame) -> int:
-    """Keys the shadow holds in another partition of the window than the target does (counted
-    once inserted, once deleted per partition; a MERGE, matching on the keys alone, updates
-    them). One join of the two sides' keys; only when both inserts and deletes exist."""
+def _key_spread(lay: _Layout, shadow: DataFrame, target: DataFrame) -> tuple[int, int]:
+    """Keys of the shadow that the target holds in another partition of the window than the
+    shadow does (moved: counted once inserted, once deleted per partition; a MERGE, matching on
+    the keys alone, updates them), and keys of the shadow that the target holds in two or more
+    partitions of the window (a MERGE would update every copy into duplicates). One join of
+    the two sides' keys, only when the preview deletes something."""
     def keyed(df: DataFrame, side: str) -> DataFrame:  # names apart: shadow and target may
         # share a lineage (a self-join)
         return df.select(*[column(k).alias(f"__sg_{side}{i}") for i, k in enumerate(lay.keys)],
@@ -161,9 +165,13 @@ def _moved_keys(lay: _Layout, shadow: DataFrame, target: DataFrame) -> int:
 
     n = range(len(lay.keys))
     on = [F.col(f"__sg_s{i}").eqNullSafe(F.col(f"__sg_t{i}")) for i in n]
-    pairs = (keyed(shadow, "s").join(keyed(target, "t"), on)
-             .filter(~F.col("__sg_sp").eqNullSafe(F.col("__sg_tp"))))
-    return pairs.select(*[f"__sg_s{i}" for i in n]).distinct().count()
+    per_key = (keyed(shadow, "s").join(keyed(target, "t"), on)
+               .groupBy(*[f"__sg_s{i}" for i in n])
+               .agg(F.max((~F.col("__sg_sp").eqNullSafe(F.col("__sg_tp"))).cast("int")).alias("m"),
+                    F.count_distinct(F.struct("__sg_tp")).alias("p")))  # a null partition counts
+    row = per_key.agg(F.sum("m").alias("moved"),
+                      F.sum((F.col("p") > 1).cast("int")).alias("spread")).first()
+    return (int(row["moved"] or 0), int(row["spread"] or 0)) if row is not None else (0, 0)
 
 
 def _gate_row(spec: ReconcileSpec, lay: _Layout, part: Any, r: Mapping[str, Any],

@@ -111,11 +111,12 @@ def _compare_gate(name: str, check_type: str, expected: Any, measured: Any, thr:
 
 def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_source: bool,
                 extra_duplicates: Mapping[tuple[str, ...], int] | None = None,
-                has_target: bool = False, unknown_not_null: Mapping[str, str | None] | None = None
-                ) -> tuple[list[PartitionStats], list[GateResult]]:
+                has_target: bool = False, unknown_not_null: Mapping[str, str | None] | None = None,
+                target_keys_spread: int = 0) -> tuple[list[PartitionStats], list[GateResult]]:
     """Gates from per-partition rows; with ``has_target``, also the drift gates (current
     target against the shadow) of the metrics that ask for one. ``unknown_not_null``: not-null
     names the shadow has no column for (each with its near match in another case); each fails.
+    ``target_keys_spread``: keys of the shadow the target's window holds in two partitions.
 
     Each row: ``partition`` (str), ``rows_<side>``, ``dup_shadow``, ``dup_source``,
     ``null_<col>``, and for each metric ``m<i>_<side>`` a dict of partials.
@@ -164,7 +165,7 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
                     f"threshold {thr.describe()}"),
             details={"source_duplicate_keys": sum(s.duplicate_keys_source for s in stats)}))
     if spec.merge_keys and has_target:
-        gates.append(_merge_target_keys_gate(spec, rows))
+        gates.append(_merge_target_keys_gate(spec, rows, target_keys_spread))
     for cols, n in (extra_duplicates or {}).items():
         thr = spec.extra_duplicate_threshold(cols)
         gates.append(GateResult(
@@ -197,19 +198,24 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
     return stats, gates
 
 
-def _merge_target_keys_gate(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]]
-                            ) -> GateResult:
+def _merge_target_keys_gate(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]],
+                            spread: int) -> GateResult:
     """A MERGE matches on the business keys: a key of the shadow that the target's window holds
-    more than once (in one partition) would update every copy, so the target would keep the
-    duplicate. Always exact; ``replace_where`` replaces the window and has no such gate."""
-    n = sum(int(r.get("dup_target") or 0) for r in rows)
+    more than once (in one partition, or in ``spread`` keys' case in two or more) would update
+    every copy, so the target would keep or gain duplicates. Always exact; ``replace_where``
+    replaces the window and has no such gate."""
+    within = sum(int(r.get("dup_target") or 0) for r in rows)
+    n = within + spread
     keys = ", ".join(spec.business_keys)
+    where = " and ".join(
+        [f"{within} in one partition"] * bool(within) + [f"{spread} in two or more"] * bool(spread))
     return GateResult(
         gate="merge_target_keys", check_type="duplicate_check", passed=n == 0,
-        measured={"duplicate_keys": n}, threshold=0, expected=0,
+        measured={"duplicate_keys": n, "in_one_partition": within, "across_partitions": spread},
+        threshold=0, expected=0,
         reason=(f"{n} business key(s) ({keys}) of the shadow occur more than once in the "
-                "target's window: a MERGE would update every copy and keep the duplicates. "
-                "Promote with replace_where, or remove the target's duplicates first"
+                f"target's window ({where}): a MERGE would update every copy and keep (or make) "
+                "duplicates. Promote with replace_where, or remove the target's duplicates first"
                 if n else f"every business key ({keys}) of the shadow matches at most one row "
                 "of the target's window"))
 

@@ -106,26 +106,34 @@ def test_console_evidence_and_change_feed_agree(spark: Any, base_lake: Path, tmp
     assert _sorted(delta_ops.read_table(spark, ref)) == before
 
 
-def test_keep_mode_refuses_a_key_the_target_window_holds_twice(
-        spark: Any, base_lake: Path, tmp_path: Path) -> None:
-    """The target window holds an order twice (in two partitions), the recomputation once. A
-    MERGE on the business key matches and updates both rows: the row the preview said was kept
-    is overwritten and the key is duplicated. Verification sees the key twice, restores the
-    rollback point and fails the run."""
+@pytest.mark.parametrize("promotion", ["merge", "merge_changed"])
+def test_a_key_the_target_holds_in_two_partitions_fails_its_gate_before_any_commit(
+        spark: Any, base_lake: Path, tmp_path: Path, promotion: str) -> None:
+    """The target window holds an order twice, in two partitions; the recomputation once. A
+    MERGE on the business key would match and update both rows into duplicates (keep mode: the
+    row the preview said was kept is overwritten too). The ``merge_target_keys`` gate counts
+    the key across partitions and fails at reconciliation: nothing is committed."""
     root = copy_lake(base_lake, tmp_path / "lake")
     ref = TableRef(path=str(root / "target" / "orders_clean"))
     one = (delta_ops.read_table(spark, ref).filter(F.col("order_date") == F.lit(WINDOW[0]))
            .orderBy("order_id").limit(1))
     (one.withColumn("order_date", F.lit(WINDOW[1])).withColumn("status", F.lit("OTHER"))
      .write.format("delta").mode("append").save(ref.path))
-    before = _sorted(delta_ops.read_table(spark, ref))
+    appended = delta_ops.current_version(spark, ref)
     plan = write_plan(root, lambda p: p["targets"][0].update(
-        merge={"when_not_matched_by_source": "keep"}), promotion="merge")
+        merge={"when_not_matched_by_source": "keep"}) if promotion == "merge" else None,
+        promotion=promotion)
     out = run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
                        evidence_dir=str(root / "evidence"), out=lambda _m: None)
-    assert out.exit_code == 1 and "does not equal the shadow" in out.message, out.message
-    assert out.targets["orders_clean"].restored
-    assert _sorted(delta_ops.read_table(spark, ref)) == before
+    assert out.exit_code == 1, out.message
+    assert delta_ops.current_version(spark, ref) == appended  # no promotion, no restore
+    assert not out.targets["orders_clean"].restored
+    assert out.evidence_path is not None
+    gates = load_evidence(out.evidence_path)["sparkguard"]["gates"]
+    (gate,) = [g for g in gates if g["gate"] == "merge_target_keys"]
+    assert not gate["passed"] and gate["measured"] == {
+        "duplicate_keys": 1, "in_one_partition": 0, "across_partitions": 1}, gate
+    assert "1 in two or more" in gate["reason"]
 
 
 def test_a_key_the_target_holds_twice_in_a_partition_fails_its_gate_before_any_commit(
@@ -147,7 +155,8 @@ def test_a_key_the_target_holds_twice_in_a_partition_fails_its_gate_before_any_c
     assert out.evidence_path is not None
     gates = load_evidence(out.evidence_path)["sparkguard"]["gates"]
     (gate,) = [g for g in gates if g["gate"] == "merge_target_keys"]
-    assert not gate["passed"] and gate["measured"] == {"duplicate_keys": 1}, gate
+    assert not gate["passed"] and gate["measured"] == {
+        "duplicate_keys": 1, "in_one_partition": 1, "across_partitions": 0}, gate
     assert "replace_where" in gate["reason"]
     fixed = write_plan(root, name="plan-replace.yaml")
     out = run_backfill(spark, load_plan(fixed), str(fixed), home=str(root / "_sg"),
