@@ -7,6 +7,7 @@ and tested for its exact text.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import os
 import posixpath
 import re
@@ -24,6 +25,7 @@ __all__ = [
     "UnsafeSQLError",
     "changed_condition",
     "check_expression",
+    "column_named",
     "describe_detail_statement",
     "describe_history_statement",
     "has_control",
@@ -44,6 +46,7 @@ IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 _PATH_FORBIDDEN = re.compile(r"[`'\"\\;\x00-\x1f\x7f]")
 _EXPR_FORBIDDEN = re.compile(r";|--|/\*|\*/")
+_QUERY_HEADS_BARE = {"TABLE", "VALUES", "WITH", "FROM"}  # a query without SELECT: (TABLE t)
 _QUOTED_NAME = re.compile(r"`(?:[^`]|``)*`")  # a backquoted name; a backquote inside doubled
 _EXPR_SUBQUERY = re.compile(r"(?i)\bselect\b")
 # Tokens of a SQL text: quoted strings and identifiers, comments, words, one other character.
@@ -325,17 +328,28 @@ def check_expression(expr: str) -> str:
             f"expression {expr!r} contains ';' or a comment; write one plain SQL expression "
             "over the row's columns"
         )
-    if any(t.startswith("`") and not _QUOTED_NAME.fullmatch(t) for t in _SQL_TOKEN.findall(expr)):
+    toks = _SQL_TOKEN.findall(expr)
+    if any(t.startswith("`") and not _QUOTED_NAME.fullmatch(t) for t in toks):
         raise UnsafeSQLError(
             f"expression {expr!r} has an unterminated backquote; write a column name with "
             "spaces or dots as `name`, a backquote inside it doubled"
         )
-    if _EXPR_SUBQUERY.search(expr):
+    words = [t.upper() for t in toks]
+    if _EXPR_SUBQUERY.search(expr) or any(
+            a == "(" and b in _QUERY_HEADS_BARE for a, b in itertools.pairwise(words)):
         raise UnsafeSQLError(
-            f"expression {expr!r} contains a subquery (SELECT); "
+            f"expression {expr!r} contains a subquery (SELECT, TABLE, VALUES); "
             "write one expression over the columns of the row"
         )
     return expr.strip()
+
+
+def column_named(expr: str) -> str | None:
+    """The column ``expr`` is, when it is one column name (plain or backquoted); else None."""
+    text = expr.strip()
+    if _QUOTED_NAME.fullmatch(text):
+        return text[1:-1].replace("``", "`")
+    return text if IDENTIFIER_RE.fullmatch(text) else None
 
 
 def query_only(sql: str) -> str:

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sparkguard import compat
 from sparkguard.delta_ops.conflicts import error_condition
-from sparkguard.sql import TableRef, describe_detail_statement, quote_column
+from sparkguard.sql import TableRef, UnsafeSQLError, describe_detail_statement, quote_column
 
 _CONSTRAINT = "delta.constraints."  # a CHECK constraint's table property: name -> expression
 
@@ -141,10 +141,15 @@ class WriteChecks:
 
     def gates(self) -> tuple[tuple[str, str], ...]:
         """(gate name, SQL expression a row must make true) for each: a row where a CHECK is
-        false or null is refused, and one whose generated column differs from its expression."""
-        return (*((f"check_constraint[{n}]", e) for n, e in self.checks),
-                *((f"generated_column[{c}]", f"{quote_column(c)} <=> ({e})")
-                  for c, e in self.generated))
+        false or null is refused, and one whose generated column differs from its expression.
+        A generated column whose name SQL cannot spell (a control character) is left to Delta."""
+        generated = []
+        for c, e in self.generated:
+            try:
+                generated.append((f"generated_column[{c}]", f"{quote_column(c)} <=> ({e})"))
+            except UnsafeSQLError:
+                continue
+        return (*((f"check_constraint[{n}]", e) for n, e in self.checks), *generated)
 
 
 def write_checks(spark: SparkSession, ref: TableRef) -> WriteChecks:

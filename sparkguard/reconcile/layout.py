@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 from sparkguard.plan.model import Aggregation, NanRule
 from sparkguard.reconcile.spec import ReconcileSpec
 from sparkguard.reconcile.verdicts import NONFINITE_KINDS
+from sparkguard.sql import column_named
 
 __all__ = ["NONFINITE_KINDS", "SHADOW", "SOURCE", "TARGET"]
 
@@ -196,7 +197,7 @@ def _float_input(spec: ReconcileSpec, lay: _Layout, i: int, side: int) -> int | 
                                                                      Aggregation.AVG) \
             or m.nan is NanRule.EXCLUDE:  # the compared column's sum keeps its NaN values
         return None
-    name = m.shadow_expr.strip().strip("`")
+    name = column_named(m.shadow_expr)
     return lay.floats.index(name) if name in lay.floats else None
 
 

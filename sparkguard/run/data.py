@@ -11,7 +11,7 @@ from typing import Any
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructType
+from pyspark.sql.types import DataType, StringType, StructType
 
 from sparkguard import delta_ops
 from sparkguard.errors import SparkguardError, first_line
@@ -74,19 +74,38 @@ def transform(ctx: RunContext, state: RunState, st: TargetState, partitions: Seq
                          partitions, tag)
     checks = _read_target_rules(ctx, st)
     assert st.char_lengths is not None
-    omitted = {c: F.expr(e).cast(st.generated_types[c])
-               for c, e in checks.generated if c not in df.columns}
-    return _char_padded(df.withColumns(omitted) if omitted else df, st.char_lengths), views
+    return _with_generated(_char_padded(df, st.char_lengths), checks.generated,
+                           st.generated_types), views
+
+
+def _with_generated(df: DataFrame, generated: Sequence[tuple[str, str]],
+                    types: dict[str, DataType]) -> DataFrame:
+    """``df`` with each generated column it leaves out (no output column of that name in any
+    case) computed from its expression, as Delta computes it at the write. One whose expression
+    does not resolve on ``df`` is left out: the schema gate and its own gate say why."""
+    have = {c.lower() for c in df.columns}
+    omitted = {}
+    for c, e in generated:
+        if c.lower() in have:
+            continue
+        try:
+            _ = df.select(F.expr(e)).schema  # analysis only: nothing runs
+        except (AnalysisException, ParseException):
+            continue
+        omitted[c] = F.expr(e).cast(types[c])
+    return df.withColumns(omitted) if omitted else df
 
 
 def _read_target_rules(ctx: RunContext, st: TargetState) -> delta_ops.WriteChecks:
     """The target's CHAR(n) lengths, CHECK constraints and generated columns, read once per
-    run (not per slice) into ``st``."""
+    run (not per slice) into ``st``; ``write_checks`` is set last, as the mark that the rest is
+    there (wave writers read it from several threads)."""
     if st.write_checks is None:
         schema = delta_ops.read_table(ctx.spark, st.ref).schema
+        checks = delta_ops.write_checks(ctx.spark, st.ref)
         st.char_lengths = _char_lengths(schema)
-        st.write_checks = delta_ops.write_checks(ctx.spark, st.ref)
         st.generated_types = {f.name: f.dataType for f in schema.fields}
+        st.write_checks = checks
     return st.write_checks
 
 

@@ -146,3 +146,23 @@ def test_a_constraint_on_a_column_the_recomputation_lacks_fails_its_gate(
     (_parts, g), *_ = _gate_results(root, "check_constraint[positive quantity]")
     assert not g["passed"] and "does not resolve on the recomputed rows" in g["reason"], g
     assert any(not s["passed"] for _p, s in _gate_results(root, "schema_matches_target"))
+
+
+def test_an_omitted_generated_column_is_computed_only_when_truly_omitted(spark: Any) -> None:
+    """Output in another case (Delta matches names case-insensitively): kept as output, for
+    the gates to judge; an expression over a column the recomputation lacks: left out, for the
+    schema gate; otherwise computed with the target's type."""
+    import datetime as dt
+
+    from pyspark.sql.types import IntegerType, LongType
+
+    from sparkguard.run.data import _with_generated
+
+    df = spark.createDataFrame([(dt.date(2026, 5, 2), 7)], "order_date date, ORDER_MONTH int")
+    generated = [("order_month", "month(order_date)"), ("cents", "CAST(amount * 100 AS BIGINT)")]
+    types = {"order_month": IntegerType(), "cents": LongType()}
+    kept = _with_generated(df, generated, types)
+    assert kept.columns == ["order_date", "ORDER_MONTH"] and kept.first()["ORDER_MONTH"] == 7
+    added = _with_generated(df.drop("ORDER_MONTH"), generated, types)
+    assert added.columns == ["order_date", "order_month"]
+    assert added.schema["order_month"].dataType == IntegerType() and added.first()[1] == 5

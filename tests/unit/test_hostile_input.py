@@ -452,10 +452,14 @@ def test_approve_by_refuses_a_bidi_override(tmp_path: Path,
     ("sum(`line_total)", "unterminated backquote"),
     ("`a``", "unterminated backquote"),
     ("`x` -- y", "a comment"),
+    ("(TABLE secrets.cards)", "subquery"),
+    ("amount IN (VALUES 1, 2)", "subquery"),
+    ("EXISTS ( table t)", "subquery"),
+    ("`table` + `values`", None),  # names, not query heads
 ])
 def test_metric_expressions_take_backquoted_names(expr: str, refused: str | None) -> None:
     """A column with a space, a dot or a backquote in its name can be named in a metric; an
-    unterminated backquote is a plan error naming the field."""
+    unterminated backquote, and a subquery without SELECT, are plan errors."""
     from sparkguard.sql import UnsafeSQLError, check_expression
 
     if refused is None:
@@ -463,3 +467,12 @@ def test_metric_expressions_take_backquoted_names(expr: str, refused: str | None
         return
     with pytest.raises(UnsafeSQLError, match=refused):
         check_expression(expr)
+
+
+def test_the_column_a_metric_expression_is() -> None:
+    """A metric reuses a compared column's sum only when its expression is exactly that column."""
+    from sparkguard.sql import column_named
+
+    assert column_named(" amount ") == "amount"
+    assert column_named("`c```") == "c`" and column_named("`a.b`") == "a.b"
+    assert column_named("amount * 2") is None and column_named("`a` + `b`") is None
