@@ -21,7 +21,6 @@ What differs, and what each kind of session gets:
 
 from __future__ import annotations
 
-import json
 import re
 from typing import TYPE_CHECKING
 
@@ -122,17 +121,19 @@ def path_exists(spark: SparkSession, path: str) -> bool:
 
 
 def generation_expressions(spark: SparkSession, location: str) -> dict[str, str] | None:
-    """Each generated column of the Delta table at ``location`` with its expression, from the
-    log's metadata as the classic session's JVM last read it (the run has read the table by
-    then); None over Connect, or where the cluster refuses JVM access (standard access mode)."""
+    """Each generated column of the Delta table at ``location`` with its expression, as Delta
+    itself enforces them (its protocol allowing generated columns), from a fresh snapshot
+    through the classic session's JVM; None over Connect, or where the cluster refuses JVM
+    access (standard access mode)."""
     if is_connect(spark):
         return None
     try:
         jvm = spark.sparkContext._jvm
         assert jvm is not None
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
-        text = str(log.unsafeVolatileSnapshot().metadata().schemaString())
+        delta = jvm.org.apache.spark.sql.delta
+        snapshot = delta.DeltaLog.forTableWithSnapshot(spark._jsparkSession, location)._2()
+        cols = delta.GeneratedColumn.getGeneratedColumns(snapshot)
+        return {str(f.name()): str(f.metadata().getString(_GENERATED))
+                for f in (cols.apply(i) for i in range(cols.length()))}
     except Exception:  # py4j or the cluster's security refused: unknown, not fatal
         return None
-    return {f["name"]: f["metadata"][_GENERATED] for f in json.loads(text).get("fields", [])
-            if _GENERATED in (f.get("metadata") or {})}
