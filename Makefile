@@ -46,9 +46,10 @@ demo-connect: $(STAMP)
 	flock $(SPARK_LOCK) $(BIN)/python -m tests.system.connect_server --demo demo-lake
 
 # All three tiers in one pytest process (one shared Spark session): tests/unit, tests/integration,
-# tests/system. tests/README.md says which tier a test belongs to.
+# tests/system. tests/README.md says which tier a test belongs to. Each test's time is kept in
+# build/test-results.xml (JUnit XML; docs/performance.md's per-tier figures come from it).
 test: install
-	flock $(SPARK_LOCK) $(BIN)/python -m pytest -q --durations=25 tests
+	flock $(SPARK_LOCK) $(BIN)/python -m pytest -q --durations=25 --junitxml=build/test-results.xml tests
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not spark and not slow" tests
