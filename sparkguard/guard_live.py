@@ -58,6 +58,8 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
     "retention_too_short": (Severity.BLOCK, "log or deleted-file retention shorter than "
                             "safeguards.rollback_horizon_days"),
     "retention_unreadable": (Severity.WARN, "a retention property cannot be parsed"),
+    "target_append_only": (Severity.BLOCK, "a target is append-only (delta.appendOnly): Delta "
+                           "refuses the promotion's deletes and updates"),
     "blast_radius": (Severity.INFO, "rows and bytes the window covers in source and target"),
     "window_rewrites_most": (Severity.WARN, "the promotion rewrites most of an unpartitioned "
                              "table's files"),
@@ -214,7 +216,14 @@ class _Live:
             self.add("target_not_partitioned", f"{path}.dataset",
                      f"target {ref.display!r} is not partitioned by {self.p!r}; the window "
                      "replacement rewrites files across the table", "partition it by the column")
-        self._retention(path, ref, dict(detail["properties"] or {}) if detail else {})
+        props = dict(detail["properties"] or {}) if detail else {}
+        self._retention(path, ref, props)
+        if str(props.get("delta.appendOnly", "")).strip().lower() == "true":
+            self.add("target_append_only", f"{path}.dataset",
+                     f"target {ref.display!r} is append-only (delta.appendOnly = true): Delta "
+                     "refuses the promotion, which deletes or updates the window's rows",
+                     f"for the backfill, ALTER TABLE {ref.sql} SET TBLPROPERTIES "
+                     "('delta.appendOnly' = 'false'); set it back after")
         self._metric_exprs(df, "shadow_expr", checks, where, f"target {ref.display!r}")
         if src is not None:
             self._transform(f"{path}.transform", t.transform, src)

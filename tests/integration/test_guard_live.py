@@ -237,6 +237,23 @@ def test_retention_does_not_cover_the_rollback_horizon(spark, base):
     assert not [f for f in live_findings(spark, _plan(base)) if f.code == "retention_too_short"]
 
 
+def test_an_append_only_target_blocks_before_anything_is_written(spark, base, tmp_path):
+    """Delta refuses a replaceWhere or MERGE on an append-only table at commit, on every re-run:
+    the live guard blocks it (exit 2) instead."""
+    path = tmp_path / "orders_append_only"
+    (spark.read.format("delta").load(str(base / "target" / "orders_clean")).write
+     .format("delta").partitionBy("order_date").option("delta.appendOnly", "true")
+     .save(str(path)))
+
+    def mutate(p):
+        p["targets"][0]["dataset"] = str(path)
+    found = [f for f in live_findings(spark, _plan(base, mutate)) if f.code == "target_append_only"]
+    assert [(f.severity, f.path) for f in found] == [
+        (Severity.BLOCK, "backfill_plan.targets[0].dataset")]
+    assert "'delta.appendOnly' = 'false'" in found[0].fix
+    assert not [f for f in live_findings(spark, _plan(base)) if f.code == "target_append_only"]
+
+
 def test_target_not_partitioned_is_a_warning(spark, base):
     def mutate(p):
         p["targets"][0]["dataset"] = str(base / "target" / "orders_flat")
