@@ -123,17 +123,25 @@ def test_a_key_the_target_holds_in_two_partitions_fails_its_gate_before_any_comm
     plan = write_plan(root, lambda p: p["targets"][0].update(
         merge={"when_not_matched_by_source": "keep"}) if promotion == "merge" else None,
         promotion=promotion)
+    gate = _merge_keys_gate_failed(spark, root, plan, appended)
+    assert gate["measured"] == {
+        "duplicate_keys": 1, "in_one_partition": 0, "across_partitions": 1}, gate
+    assert "1 in two or more" in gate["reason"]
+
+
+def _merge_keys_gate_failed(spark: Any, root: Path, plan: Path, version: int) -> dict[str, Any]:
+    """Run ``plan``: it fails, the target stays at ``version`` (no promotion, no restore), and
+    the evidence's failed ``merge_target_keys`` gate is returned."""
+    ref = TableRef(path=str(root / "target" / "orders_clean"))
     out = run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
                        evidence_dir=str(root / "evidence"), out=lambda _m: None)
     assert out.exit_code == 1, out.message
-    assert delta_ops.current_version(spark, ref) == appended  # no promotion, no restore
-    assert not out.targets["orders_clean"].restored
-    assert out.evidence_path is not None
+    assert delta_ops.current_version(spark, ref) == version
+    assert not out.targets["orders_clean"].restored and out.evidence_path is not None
     gates = load_evidence(out.evidence_path)["sparkguard"]["gates"]
     (gate,) = [g for g in gates if g["gate"] == "merge_target_keys"]
-    assert not gate["passed"] and gate["measured"] == {
-        "duplicate_keys": 1, "in_one_partition": 0, "across_partitions": 1}, gate
-    assert "1 in two or more" in gate["reason"]
+    assert not gate["passed"], gate
+    return dict(gate)
 
 
 def test_a_key_the_target_holds_twice_in_a_partition_fails_its_gate_before_any_commit(
@@ -147,15 +155,9 @@ def test_a_key_the_target_holds_twice_in_a_partition_fails_its_gate_before_any_c
     (delta_ops.read_table(spark, ref).filter(F.col("order_date") == F.lit(WINDOW[1]))
      .orderBy("order_id").limit(1).write.format("delta").mode("append").save(ref.path))
     appended = delta_ops.current_version(spark, ref)
-    plan = write_plan(root, promotion="merge_changed")
-    out = run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
-                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
-    assert out.exit_code == 1, out.message
-    assert delta_ops.current_version(spark, ref) == appended  # no promotion, no restore
-    assert out.evidence_path is not None
-    gates = load_evidence(out.evidence_path)["sparkguard"]["gates"]
-    (gate,) = [g for g in gates if g["gate"] == "merge_target_keys"]
-    assert not gate["passed"] and gate["measured"] == {
+    gate = _merge_keys_gate_failed(spark, root, write_plan(root, promotion="merge_changed"),
+                                   appended)
+    assert gate["measured"] == {
         "duplicate_keys": 1, "in_one_partition": 1, "across_partitions": 0}, gate
     assert "replace_where" in gate["reason"]
     fixed = write_plan(root, name="plan-replace.yaml")
