@@ -86,13 +86,8 @@ def _with_generated(df: DataFrame, generated: Sequence[tuple[str, str]],
     have = {c.lower() for c in df.columns}
     omitted = {}
     for c, e in generated:
-        if c.lower() in have:
-            continue
-        try:
-            _ = df.select(F.expr(e)).schema  # analysis only: nothing runs
-        except (AnalysisException, ParseException):
-            continue
-        omitted[c] = F.expr(e).cast(types[c])
+        if c.lower() not in have and _unresolved(df, e) is None:
+            omitted[c] = F.expr(e).cast(types[c])
     return df.withColumns(omitted) if omitted else df
 
 
@@ -104,7 +99,8 @@ def _read_target_rules(ctx: RunContext, st: TargetState) -> delta_ops.WriteCheck
         schema = delta_ops.read_table(ctx.spark, st.ref).schema
         checks = delta_ops.write_checks(ctx.spark, st.ref)
         st.char_lengths = _char_lengths(schema)
-        st.generated_types = {f.name: f.dataType for f in schema.fields}
+        st.generated_types = {f.name: f.dataType for f in schema.fields
+                              if f.name in dict(checks.generated)}
         st.write_checks = checks
     return st.write_checks
 
@@ -213,18 +209,26 @@ def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame
     ok: list[tuple[str, str]] = []
     failed: list[GateResult] = []
     for gate, expr in _read_target_rules(ctx, st).gates():
-        try:
-            _ = shadow.select(F.expr(expr)).schema  # analysis only: nothing runs
-        except (AnalysisException, ParseException) as exc:
+        problem = _unresolved(shadow, expr)
+        if problem is not None:
             failed.append(GateResult(
                 gate=gate, check_type="table_constraint", passed=False, measured=None,
                 threshold=0, expected=0,
                 reason=(f"the target checks {expr} on every row written, which does not resolve "
-                        f"on the recomputed rows: {first_line(exc)}; "
+                        f"on the recomputed rows: {problem}; "
                         "output the columns it names")))
             continue
         ok.append((gate, expr))
     return tuple(ok), failed
+
+
+def _unresolved(df: DataFrame, expr: str) -> str | None:
+    """Why ``expr`` does not resolve on ``df`` (analysis only: nothing runs); None if it does."""
+    try:
+        _ = df.select(F.expr(expr)).schema
+    except (AnalysisException, ParseException) as exc:
+        return first_line(exc)
+    return None
 
 
 def bucketed(ctx: RunContext, df: DataFrame) -> DataFrame:
