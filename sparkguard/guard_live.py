@@ -29,6 +29,7 @@ from sparkguard.plan.model import (
     BackfillPlan,
     Check,
     CheckType,
+    Promotion,
     TargetSpec,
     Transform,
     WindowType,
@@ -60,6 +61,12 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
     "retention_unreadable": (Severity.WARN, "a retention property cannot be parsed"),
     "target_append_only": (Severity.BLOCK, "a target is append-only (delta.appendOnly): Delta "
                            "refuses the promotion's deletes and updates"),
+    "identity_replace_where": (Severity.BLOCK, "a target has an identity column and the "
+                               "promotion is replace_where, which would give every row of the "
+                               "window a new identity value"),
+    "identity_business_key": (Severity.BLOCK, "a business key is an identity column of its "
+                              "target, whose values the target generates: the recomputation "
+                              "cannot produce them"),
     "blast_radius": (Severity.INFO, "rows and bytes the window covers in source and target"),
     "window_rewrites_most": (Severity.WARN, "the promotion rewrites most of an unpartitioned "
                              "table's files"),
@@ -224,6 +231,7 @@ class _Live:
                      "refuses the promotion, which deletes or updates the window's rows",
                      f"for the backfill, ALTER TABLE {ref.sql} SET TBLPROPERTIES "
                      "('delta.appendOnly' = 'false'); set it back after")
+        self._identity(path, ref, t, delta_ops.write_checks(self.spark, ref, detail))
         self._metric_exprs(df, "shadow_expr", checks, where, f"target {ref.display!r}")
         if src is not None:
             self._transform(f"{path}.transform", t.transform, src)
@@ -232,6 +240,31 @@ class _Live:
         if part_ok:
             self._blast_radius(path, ref, df, detail)
             self._zone_loss(df, f"target {ref.display!r}", f"{path}.dataset")
+
+    def _identity(self, path: str, ref: TableRef, t: TargetSpec,
+                  rules: delta_ops.WriteChecks) -> None:
+        """A target's identity columns are the target's to fill: a MERGE keeps them for the
+        keys it updates; a replaceWhere would renumber the window, and a key among them cannot
+        come out of a recomputation."""
+        identity = rules.identity_columns
+        if not identity:
+            return
+        shown = ", ".join(identity)
+        if t.promotion is Promotion.REPLACE_WHERE:
+            self.add("identity_replace_where", f"{path}.promotion",
+                     f"target {ref.display!r} has identity column(s) {shown}: replace_where "
+                     "deletes the window's rows and inserts new ones, each with a new identity "
+                     "value, so every row of the window would change key",
+                     "set promotion: merge_changed (or merge), which keeps the identity value of "
+                     "every key the target holds; leave the identity column(s) out of the "
+                     "transform")
+        for j, k in enumerate(t.business_keys):
+            if k in identity:
+                self.add("identity_business_key", f"{path}.business_keys[{j}]",
+                         f"{k!r} is an identity column of target {ref.display!r}: the target "
+                         "generates its values, so the recomputation cannot produce them",
+                         "key the target by its natural key (the columns that identify a row "
+                         "in the source)")
 
     def _retention(self, path: str, ref: TableRef, props: dict[str, str]) -> None:
         horizon = self.plan.safeguards.rollback_horizon_days

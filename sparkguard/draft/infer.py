@@ -67,8 +67,7 @@ def _columns(schema: T.StructType) -> list[Column]:
     for f in schema.fields:
         md = dict(f.metadata or {})
         out.append(Column(f.name, f.dataType.simpleString(), f.nullable,
-                          str(md.get("comment") or ""),
-                          any(str(k).startswith("delta.identity") for k in md)))
+                          str(md.get("comment") or "")))
     return out
 
 
@@ -219,6 +218,9 @@ def infer_draft(spark: SparkSession, req: DraftRequest) -> Draft:
     if bad:
         raise refuse("--target", f"column name(s) {bad[:5]} are not plain names (letters, "
                      "digits, '_'); a plan cannot name them", "rename the columns")
+    # identity columns are the target's to fill: no key, transform, contract or measure names
+    identity = delta_ops.write_checks(spark, tref).identity_columns
+    tcols = [c for c in tcols if c.name not in identity]
     layout = _detail(spark, tref, tcols)
     col, ptype = window_column(layout, tcols)
     days = window_days(req.start, req.end)
@@ -264,7 +266,8 @@ def infer_draft(spark: SparkSession, req: DraftRequest) -> Draft:
         measures=measures(tcols, scols, keys, col, label, nans),
         transform_sql=sql, transform_callable=fn, transform_notes=notes,
         transform_given=req.transform_sql is not None or req.transform_callable is not None,
-        contract_skipped=[f"{c.name} ({c.type})" for c in tcols if c not in contract])
+        contract_skipped=[f"{c.name} ({c.type})" for c in tcols if c not in contract],
+        identity_columns=identity)
 
 
 def _span(req: DraftRequest) -> str:

@@ -30,7 +30,7 @@ def _entity(label: str) -> str:
 def _name_rank(col: Column, entity: str) -> int:
     """0 declared unique, 1 the table's own id, 2 a bare id, 3 an id-like name, 4 other."""
     n = col.name.lower()
-    if col.identity or _KEY_COMMENT.search(col.comment or ""):
+    if _KEY_COMMENT.search(col.comment or ""):
         return 0
     if entity and n in (f"{entity}_id", f"{entity}id", f"{entity}_key", f"{entity}_uuid"):
         return 1
@@ -41,7 +41,7 @@ def _name_rank(col: Column, entity: str) -> int:
     return 4
 
 
-_WHY = {0: "declared unique (identity column or key comment)", 1: "the table's own id name",
+_WHY = {0: "declared unique (key comment)", 1: "the table's own id name",
         2: "a primary-key-like name", 3: "an id-like name", 4: "another column of an exact type"}
 
 

@@ -28,7 +28,6 @@ class Column:
     type: str
     nullable: bool = True
     comment: str = ""
-    identity: bool = False  # a Delta identity column (GENERATED ... AS IDENTITY)
 
     @property
     def base(self) -> str:

@@ -50,6 +50,7 @@ class Draft:
     transform_given: bool = False
     transform_notes: list[str] = field(default_factory=list)
     contract_skipped: list[str] = field(default_factory=list)
+    identity_columns: tuple[str, ...] = ()  # the target's, left out of everything above
 
 
 def _scalar(value: Any) -> str:
@@ -142,8 +143,15 @@ def render_draft(d: Draft) -> str:
         _block(L, 8, "sql", d.transform_sql)
     else:
         L.append(f"        callable: {_scalar(d.transform_callable)}")
-    c(L, 6, "replace_where swaps exactly the window's partitions in one Delta commit.")
-    L.append("      promotion: replace_where")
+    if d.identity_columns:
+        c(L, 6, f"The target generates {', '.join(d.identity_columns)} (identity), left out of "
+                "the transform and the contract: a MERGE on the business key keeps the value of "
+                "every key the target holds and Delta generates one for each new key "
+                "(replace_where would give every row of the window a new one).")
+        L.append("      promotion: merge_changed")
+    else:
+        c(L, 6, "replace_where swaps exactly the window's partitions in one Delta commit.")
+        L.append("      promotion: replace_where")
     L.append("      contract:")
     c(L, 8, "The recomputed rows must have exactly the target's columns and types.")
     L.append("        match_target_schema: true")
@@ -162,7 +170,9 @@ def render_draft(d: Draft) -> str:
     L.append("  execution:")
     L.append("    mode: replay")
     L.append("    idempotent: true")
-    L.append(f"    write_strategy: {_scalar('replaceWhere over the window partitions, one Delta commit')}")
+    strategy = ("MERGE of the changed rows on the business key, one Delta commit"
+                if d.identity_columns else "replaceWhere over the window partitions, one Delta commit")
+    L.append(f"    write_strategy: {_scalar(strategy)}")
     L.append("    dry_run_completed: false")
     L.append("    proof_slice: true")
     L.append("")

@@ -186,12 +186,13 @@ def _norm_type(t: str) -> str:
 
 
 def schema_contract_gates(shadow: Sequence[ColumnInfo], target: Sequence[ColumnInfo] | None,
-                          contract: Contract) -> list[GateResult]:
+                          contract: Contract, identity: Sequence[str] = ()) -> list[GateResult]:
     """Schema gates: the shadow against the target's schema and against the explicit contract.
 
     Nullability: a non-nullable target column must not become nullable in the shadow *data*;
     that is checked by the not-null gate on values, so here a nullable flag alone only fails
     when the explicit contract says ``nullable: false`` and the data has nulls (engine gate).
+    The target's ``identity`` columns are the target's to fill: the shadow must leave them out.
     """
     gates: list[GateResult] = []
     by_name = {c.name: c for c in shadow}
@@ -200,7 +201,13 @@ def schema_contract_gates(shadow: Sequence[ColumnInfo], target: Sequence[ColumnI
         tnames = {c.name for c in target}
         for col in target:
             got = by_name.get(col.name)
-            if got is None:
+            if col.name in identity:
+                if got is not None:
+                    problems.append(
+                        f"column {col.name!r} is an identity column of the target, which keeps "
+                        "its value for every key it holds and generates one for each new key: "
+                        "leave it out of the recomputed rows")
+            elif got is None:
                 problems.append(f"column {col.name!r} missing from the recomputed rows")
             elif _norm_type(got.type) != _norm_type(col.type):
                 problems.append(f"column {col.name!r} type {got.type} != target {col.type}")
@@ -208,7 +215,9 @@ def schema_contract_gates(shadow: Sequence[ColumnInfo], target: Sequence[ColumnI
         gates.append(GateResult(
             gate="schema_matches_target", check_type="schema_contract", passed=not problems,
             measured=len(problems), threshold=0,
-            reason="shadow schema equals the target schema" if not problems else "; ".join(problems),
+            reason=("; ".join(problems) if problems else "shadow schema equals the target schema"
+                    + (f" but for its identity column(s) {', '.join(identity)}, which the "
+                       "target fills" if identity else "")),
             details={"differences": problems}))
     if contract.columns:
         problems = []

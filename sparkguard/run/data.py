@@ -25,8 +25,9 @@ from sparkguard.run.context import RunContext, RunState, TargetState
 from sparkguard.run.labels import set_job_label
 from sparkguard.sql import query_only
 
-__all__ = ["TransformResultError", "bucketed", "fingerprints", "job", "print_gates", "reconcile_part",
-           "reference_df", "shadow_df", "source_df", "target_df", "transform"]
+__all__ = ["TransformResultError", "as_shadow", "bucketed", "fingerprints", "job", "print_gates",
+           "reconcile_part", "reference_df", "shadow_df", "source_df", "target_df", "target_rules",
+           "transform"]
 
 # Spark's metadata key for a CHAR/VARCHAR column read as a string, and a CHAR's length
 _CHAR_KEY = "__CHAR_VARCHAR_TYPE_STRING"
@@ -67,12 +68,19 @@ def target_df(ctx: RunContext, st: TargetState, partitions: Sequence[object],
     return df.filter(ctx.window.pred(partitions))
 
 
+def as_shadow(ctx: RunContext, st: TargetState, target: DataFrame) -> DataFrame:
+    """``target`` (rows of the target) without its identity columns, as the shadow holds them:
+    the target keeps those values for the keys it holds and generates them for new keys."""
+    identity = target_rules(ctx, st).identity_columns
+    return target.drop(*identity) if identity else target
+
+
 def transform(ctx: RunContext, state: RunState, st: TargetState, partitions: Sequence[object],
               tag: str) -> tuple[DataFrame, list[str]]:
     """The target's recomputation for ``partitions``, and the temp views it uses."""
     df, views = _compute(ctx, state, st.spec.transform, f"{st.spec.label}: transform",
                          partitions, tag)
-    checks = _read_target_rules(ctx, st)
+    checks = target_rules(ctx, st)
     assert st.char_lengths is not None
     return _with_generated(_char_padded(df, st.char_lengths), checks.generated,
                            st.generated_types), views
@@ -91,7 +99,7 @@ def _with_generated(df: DataFrame, generated: Sequence[tuple[str, str]],
     return df.withColumns(omitted) if omitted else df
 
 
-def _read_target_rules(ctx: RunContext, st: TargetState) -> delta_ops.WriteChecks:
+def target_rules(ctx: RunContext, st: TargetState) -> delta_ops.WriteChecks:
     """The target's CHAR(n) lengths, CHECK constraints and generated columns, read once per
     run (not per slice) into ``st``; ``write_checks`` is set last, as the mark that the rest is
     there (wave writers read it from several threads)."""
@@ -174,7 +182,9 @@ def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
     window's)."""
     shadow = shadow_df(ctx, st, partitions)
     target = target_df(ctx, st, partitions, target_version)
-    schema = schema_contract_gates(columns_of(shadow), columns_of(target), st.spec.contract)
+    schema = schema_contract_gates(columns_of(shadow), columns_of(target), st.spec.contract,
+                                   target_rules(ctx, st).identity_columns)
+    target = as_shadow(ctx, st, target)
     constraints, unresolved = _constraints(ctx, st, shadow)
     schema += unresolved
     spec = replace(spec_for_target(ctx.plan, st.spec), constraints=constraints)
@@ -208,7 +218,7 @@ def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame
     against, and a failed gate for each whose expression does not resolve on the shadow."""
     ok: list[tuple[str, str]] = []
     failed: list[GateResult] = []
-    for gate, expr in _read_target_rules(ctx, st).gates():
+    for gate, expr in target_rules(ctx, st).gates():
         problem = _unresolved(shadow, expr)
         if problem is not None:
             failed.append(GateResult(

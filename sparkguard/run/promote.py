@@ -19,7 +19,7 @@ from sparkguard.run.context import (
     record,
     record_promoted,
 )
-from sparkguard.run.data import bucketed, fingerprints, job, shadow_df, target_df
+from sparkguard.run.data import as_shadow, bucketed, fingerprints, job, shadow_df, target_df
 from sparkguard.run.stages import Promote
 from sparkguard.run.undo import restore_target
 
@@ -182,7 +182,8 @@ def _holds_shadow(ctx: RunContext, st: TargetState, window: DataFrame) -> bool:
     parts = ctx.window.partitions
     res = reconcile(spec_for_target(ctx.plan, st.spec),
                     shadow=bucketed(ctx, shadow_df(ctx, st, parts)),
-                    target=bucketed(ctx, window), partitions=list(parts), scope="verification")
+                    target=bucketed(ctx, as_shadow(ctx, st, window)), partitions=list(parts),
+                    scope="verification")
     pv = res.preview
     return pv is not None and pv.inserted == 0 and pv.changed == 0 and pv.ambiguous == 0 \
         and not pv.not_compared
@@ -299,8 +300,9 @@ def verify(ctx: RunContext, state: RunState, st: TargetState) -> None:
     label, parts = st.spec.label, ctx.window.partitions
     assert st.promoted_version is not None and st.rollback_version is not None
     job(ctx, state, f"run {state.run_id} target {label}: verify promotion")
-    shadow_h, target_h = fingerprints(shadow_df(ctx, st, parts),
-                                      target_df(ctx, st, parts, st.promoted_version))
+    shadow_h, target_h = fingerprints(
+        shadow_df(ctx, st, parts), as_shadow(ctx, st, target_df(ctx, st, parts,
+                                                                 st.promoted_version)))
     ok = shadow_h == target_h
     if not ok and not st.deletes_unmatched:
         # MERGE keeping unmatched rows: the window must hold every shadow row unchanged

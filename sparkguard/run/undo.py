@@ -12,7 +12,7 @@ from sparkguard.run.context import (
     record,
     record_promoted,
 )
-from sparkguard.run.data import fingerprints, job, target_df
+from sparkguard.run.data import fingerprints, job, target_df, target_rules
 
 __all__ = ["RestoreFailedError", "restore_promoted", "restore_target"]
 
@@ -54,6 +54,15 @@ def restore_target(ctx: RunContext, state: RunState, st: TargetState, why: str) 
                 f"({listed}); putting the window back as of version {version} would lose their "
                 "rows, so it was left as it is: decide with the table's owners, then roll back "
                 "with `sparkguard rollback --run-id <run> --force` or repair the window")
+        fixed = [c for c, explicit in target_rules(ctx, st).identity if not explicit]
+        if fixed:
+            raise SparkguardError(
+                f"{label}: other writers committed after this run's promotion ({listed}), "
+                "outside the window; putting the window back without undoing their commits "
+                f"means writing its old rows again, and Delta refuses explicit values for the "
+                f"GENERATED ALWAYS identity column(s) {', '.join(fixed)}. Nothing was undone: "
+                "roll back with `sparkguard rollback --run-id <run> --force` (a RESTORE, which "
+                "also undoes their commits) once their owners agree, or repair the window")
         ctx.say(f"{label}: {len(after)} commit(s) by other writers after the promotion "
                 f"({listed}), none in the window; putting the window back as of version "
                 f"{version} instead of RESTORE")

@@ -44,8 +44,9 @@ def test_key_candidates_try_declared_then_own_id_then_id_then_id_like_then_other
     assert ("status",) in names and ("qty",) in names
 
 
-def test_identity_columns_count_as_declared_keys():
-    cols = [Column("d", "date"), Column("x_id", "bigint"), Column("seq", "bigint", identity=True)]
+def test_a_key_comment_makes_a_column_the_first_candidate():
+    cols = [Column("d", "date"), Column("x_id", "bigint"),
+            Column("seq", "bigint", comment="unique order number")]
     assert key_candidates(cols, "t", "d")[0].columns == ("seq",)
 
 
