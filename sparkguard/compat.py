@@ -157,13 +157,3 @@ def column_rules(spark: SparkSession, location: str) -> ColumnRules | None:
     identity = {str(f["name"]): bool(f["metadata"].get(_IDENTITY_EXPLICIT, False))
                 for f in fields if _IDENTITY_START in (f.get("metadata") or {})}
     return ColumnRules(generated, identity)
-    try:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        delta = jvm.org.apache.spark.sql.delta
-        snapshot = delta.DeltaLog.forTableWithSnapshot(spark._jsparkSession, location)._2()
-        cols = delta.GeneratedColumn.getGeneratedColumns(snapshot)
-        return {str(f.name()): str(f.metadata().getString(_GENERATED))
-                for f in (cols.apply(i) for i in range(cols.length()))}
-    except Exception:  # py4j or the cluster's security refused: unknown, not fatal
-        return None
