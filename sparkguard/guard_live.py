@@ -64,9 +64,10 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
     "identity_replace_where": (Severity.BLOCK, "a target has an identity column and the "
                                "promotion is replace_where, which would give every row of the "
                                "window a new identity value"),
-    "identity_business_key": (Severity.BLOCK, "a business key is an identity column of its "
-                              "target, whose values the target generates: the recomputation "
-                              "cannot produce them"),
+    "identity_column_named": (Severity.BLOCK, "a business key, not-null or contract column, or "
+                              "duplicate-check key is an identity column of its target, whose "
+                              "values the target generates: the recomputation cannot produce "
+                              "them"),
     "blast_radius": (Severity.INFO, "rows and bytes the window covers in source and target"),
     "window_rewrites_most": (Severity.WARN, "the promotion rewrites most of an unpartitioned "
                              "table's files"),
@@ -231,8 +232,11 @@ class _Live:
                      "refuses the promotion, which deletes or updates the window's rows",
                      f"for the backfill, ALTER TABLE {ref.sql} SET TBLPROPERTIES "
                      "('delta.appendOnly' = 'false'); set it back after")
-        self._identity(path, ref, t, delta_ops.write_checks(self.spark, ref, detail))
-        self._metric_exprs(df, "shadow_expr", checks, where, f"target {ref.display!r}")
+        rules = delta_ops.write_checks(self.spark, ref, detail)
+        self._identity(path, i, ref, t, rules)
+        # the shadow's rows are the target's columns but its identity columns
+        self._metric_exprs(df.drop(*rules.identity_columns), "shadow_expr", checks, where,
+                           f"target {ref.display!r}")
         if src is not None:
             self._transform(f"{path}.transform", t.transform, src)
             if t.validation is not None and t.validation.reference is not None:
@@ -241,7 +245,7 @@ class _Live:
             self._blast_radius(path, ref, df, detail)
             self._zone_loss(df, f"target {ref.display!r}", f"{path}.dataset")
 
-    def _identity(self, path: str, ref: TableRef, t: TargetSpec,
+    def _identity(self, path: str, index: int, ref: TableRef, t: TargetSpec,
                   rules: delta_ops.WriteChecks) -> None:
         """A target's identity columns are the target's to fill: a MERGE keeps them for the
         keys it updates; a replaceWhere would renumber the window, and a key among them cannot
@@ -258,13 +262,22 @@ class _Live:
                      "set promotion: merge_changed (or merge), which keeps the identity value of "
                      "every key the target holds; leave the identity column(s) out of the "
                      "transform")
-        for j, k in enumerate(t.business_keys):
-            if k in identity:
-                self.add("identity_business_key", f"{path}.business_keys[{j}]",
-                         f"{k!r} is an identity column of target {ref.display!r}: the target "
-                         "generates its values, so the recomputation cannot produce them",
-                         "key the target by its natural key (the columns that identify a row "
-                         "in the source)")
+        lowered = {c.lower() for c in identity}
+        named = [(f"{path}.business_keys[{j}]", k) for j, k in enumerate(t.business_keys)]
+        named += [(f"{path}.contract.not_null[{j}]", k)
+                  for j, k in enumerate(t.contract.not_null)]
+        named += [(f"{path}.contract.columns[{j}].name", c.name)
+                  for j, c in enumerate(t.contract.columns)]
+        where, checks = self._checks_of(index, t)
+        named += [(f"{where}[{ci}].key_columns", k) for ci, check in enumerate(checks)
+                  if check.type is CheckType.DUPLICATE_CHECK for k in check.key_columns or []]
+        for field, name in named:
+            if name.lower() in lowered:
+                self.add("identity_column_named", field,
+                         f"{name!r} is an identity column of target {ref.display!r}: the target "
+                         "generates its values, so the recomputed rows do not have it",
+                         "name the target's other columns (a business key: the natural key that "
+                         "identifies a row in the source)")
 
     def _retention(self, path: str, ref: TableRef, props: dict[str, str]) -> None:
         horizon = self.plan.safeguards.rollback_horizon_days

@@ -192,26 +192,34 @@ def schema_contract_gates(shadow: Sequence[ColumnInfo], target: Sequence[ColumnI
     Nullability: a non-nullable target column must not become nullable in the shadow *data*;
     that is checked by the not-null gate on values, so here a nullable flag alone only fails
     when the explicit contract says ``nullable: false`` and the data has nulls (engine gate).
-    The target's ``identity`` columns are the target's to fill: the shadow must leave them out.
+    The target's ``identity`` columns are the target's to fill: the shadow must leave them out
+    (names compared case-insensitively, as Delta's writes resolve them), whatever the contract.
     """
     gates: list[GateResult] = []
     by_name = {c.name: c for c in shadow}
+    lowered = {c.lower() for c in identity}
+    output = [c.name for c in shadow if c.name.lower() in lowered]
+    if output:
+        gates.append(GateResult(
+            gate="identity_left_to_target", check_type="schema_contract", passed=False,
+            measured=len(output), threshold=0, expected=0,
+            reason="; ".join(f"column {c!r} is an identity column of the target, which keeps its "
+                             "value for every key it holds and generates one for each new key: "
+                             "leave it out of the recomputed rows" for c in output),
+            details={"columns": output}))
     if target is not None and contract.match_target_schema:
         problems: list[str] = []
         tnames = {c.name for c in target}
         for col in target:
             got = by_name.get(col.name)
-            if col.name in identity:
-                if got is not None:
-                    problems.append(
-                        f"column {col.name!r} is an identity column of the target, which keeps "
-                        "its value for every key it holds and generates one for each new key: "
-                        "leave it out of the recomputed rows")
-            elif got is None:
+            if col.name.lower() in lowered:
+                continue  # the identity gate above
+            if got is None:
                 problems.append(f"column {col.name!r} missing from the recomputed rows")
             elif _norm_type(got.type) != _norm_type(col.type):
                 problems.append(f"column {col.name!r} type {got.type} != target {col.type}")
-        problems += [f"column {c.name!r} not in the target" for c in shadow if c.name not in tnames]
+        problems += [f"column {c.name!r} not in the target" for c in shadow
+                     if c.name not in tnames and c.name not in output]
         gates.append(GateResult(
             gate="schema_matches_target", check_type="schema_contract", passed=not problems,
             measured=len(problems), threshold=0,

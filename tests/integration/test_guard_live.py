@@ -283,7 +283,7 @@ def test_live_rules_have_tests():
               "window_not_in_source", "transform_invalid", "metric_expr_invalid",
               "retention_too_short", "blast_radius", "retention_unreadable",
               "target_append_only",
-              "identity_replace_where", "identity_business_key",  # test_identity_columns.py
+              "identity_replace_where", "identity_column_named",  # test_identity_columns.py
               "window_rewrites_most",  # this one in test_windows_guard.py, the next in
               "window_zone_dependent"}  # test_windows_e2e.py
     assert tested == set(LIVE_RULES)

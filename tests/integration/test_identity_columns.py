@@ -35,19 +35,27 @@ def identity_lake(spark: Any, base_lake: Path, tmp_path_factory: pytest.TempPath
     """The base lake with its target rebuilt with ``order_sk BIGINT GENERATED ALWAYS AS
     IDENTITY`` first, built once; tests copy it."""
     root = copy_lake(base_lake, tmp_path_factory.mktemp("identity") / "lake")
+    _with_identity(spark, root, always=True)
+    return root
+
+
+def _with_identity(spark: Any, root: Path, always: bool) -> None:
+    """The lake's target rebuilt with ``order_sk`` first, ``GENERATED ALWAYS`` or ``BY
+    DEFAULT AS IDENTITY``, holding the same rows (numbered by Delta)."""
     path = root / "target" / "orders_clean"
     held = root / "held"
     spark.read.format("delta").load(str(path)).write.format("delta").save(str(held))
     rows = spark.read.format("delta").load(str(held))
     shutil.rmtree(path)
-    builder = (DeltaTable.create(spark).location(str(path)).partitionedBy("order_date")
-               .addColumn("order_sk", "BIGINT", generatedAlwaysAs=IdentityGenerator(1, 1)))
+    gen = IdentityGenerator(1, 1)
+    builder = DeltaTable.create(spark).location(str(path)).partitionedBy("order_date")
+    builder = (builder.addColumn("order_sk", "BIGINT", generatedAlwaysAs=gen) if always
+               else builder.addColumn("order_sk", "BIGINT", generatedByDefaultAs=gen))
     for f in rows.schema.fields:
         builder = builder.addColumn(f.name, f.dataType)
     builder.execute()
     rows.write.format("delta").mode("append").save(str(path))
     shutil.rmtree(held)
-    return root
 
 
 def _target(root: Path) -> Path:
@@ -89,7 +97,8 @@ def _changed_source(spark: Any, root: Path) -> tuple[set[int], set[int]]:
     src = root / "source" / "orders"
     day = F.col("order_date") == F.lit(WINDOW[1])
     rows = spark.read.format("delta").load(str(src))
-    new = rows.filter(day).limit(3).withColumn("order_id", F.col("order_id") + 10 ** 8)
+    new = rows.filter(day).orderBy("order_id").limit(3).withColumn(
+        "order_id", F.col("order_id") + 10 ** 8)
     new_ids = {r[0] for r in new.select("order_id").collect()}
     in_window = F.col("order_date").isin(*WINDOW)
     gone = {r[0] for r in rows.filter(in_window & (F.col("order_id") % 97 == 0))
@@ -104,9 +113,11 @@ def _changed_source(spark: Any, root: Path) -> tuple[set[int], set[int]]:
 def test_a_merge_keeps_the_identity_of_held_keys_and_new_keys_get_new_ones(
         spark: Any, identity_lake: Path, tmp_path: Path, promotion: str) -> None:
     """Updated orders keep their order_sk, new orders get values above every earlier one,
-    deleted orders leave; rows outside the window are untouched; the promotion verifies, and
-    the rollback puts every order_sk back."""
+    deleted orders leave; rows outside the window are untouched; a CHECK constraint on order_sk
+    is left to Delta (the shadow has no values to count it on); the promotion verifies, the
+    rollback puts every order_sk back, and a later insert gets a value no promoted row had."""
     root = copy_lake(identity_lake, tmp_path / "lake")
+    spark.sql(f"ALTER TABLE delta.`{_target(root)}` ADD CONSTRAINT sk_pos CHECK (order_sk > 0)")
     before, outside_before = _keys(spark, root), _outside(spark, root)
     new_ids, gone = _changed_source(spark, root)
     assert new_ids and gone
@@ -129,33 +140,51 @@ def test_a_merge_keeps_the_identity_of_held_keys_and_new_keys_get_new_ones(
     assert amounts.exceptAll(source).count() == 0 and source.exceptAll(amounts).count() == 0
     gates = _gates(root, "schema_matches_target")
     assert gates and all(g["passed"] and "order_sk" in g["reason"] for g in gates)
+    checks = _gates(root, "check_constraint[sk_pos]")
+    assert checks and all(g["passed"] and g["reason"].startswith("not counted on the shadow")
+                          for g in checks), checks
     (run,) = Ledger(spark, str(root / "_sg")).latest_runs()
     assert main(["rollback", "--run-id", run.run_id, "--home", str(root / "_sg")]) == EXIT_OK
     assert _keys(spark, root) == before
+    later = spark.read.format("delta").load(str(_target(root))).drop("order_sk").limit(1) \
+        .withColumn("order_id", F.lit(10 ** 9).cast("bigint"))
+    later.write.format("delta").mode("append").save(str(_target(root)))
+    assert _keys(spark, root)[10 ** 9] > max(after.values())  # Delta kept the high-water mark
 
 
-def test_a_recomputation_that_outputs_the_identity_column_fails_the_schema_gate(
-        spark: Any, identity_lake: Path, tmp_path: Path) -> None:
-    """The transform carries order_sk (Delta would refuse the value, or renumber): the schema
-    gate says to leave it out, before any commit."""
+@pytest.mark.parametrize(("name", "match_target_schema"), [("order_sk", True),
+                                                           ("ORDER_SK", False)])
+def test_a_recomputation_that_outputs_the_identity_column_fails_its_gate(
+        spark: Any, identity_lake: Path, tmp_path: Path, name: str,
+        match_target_schema: bool) -> None:
+    """The transform carries order_sk, in any case, with or without the target-schema contract
+    (Delta would refuse the value at the MERGE): a gate says to leave it out, before any commit;
+    the schema gate does not count it again."""
     root = copy_lake(identity_lake, tmp_path / "lake")
     v0 = _version(spark, root)
-    sql = TRANSFORM_SQL.replace("SELECT order_id,", "SELECT CAST(order_id AS BIGINT) AS order_sk,"
+    sql = TRANSFORM_SQL.replace("SELECT order_id,", f"SELECT CAST(order_id AS BIGINT) AS {name},"
                                 " order_id,")
-    assert _run(write_plan(root, set_transform(sql), promotion="merge_changed"), root) \
-        == EXIT_GATE_FAILED
+
+    def mutate(plan: dict[str, Any]) -> None:
+        set_transform(sql)(plan)
+        plan["targets"][0]["contract"]["match_target_schema"] = match_target_schema
+
+    assert _run(write_plan(root, mutate, promotion="merge_changed"), root) == EXIT_GATE_FAILED
     assert _version(spark, root) == v0
-    (g,) = _gates(root, "schema_matches_target")
+    (g,) = _gates(root, "identity_left_to_target")
     assert not g["passed"] and g["measured"] == 1, g
-    assert "'order_sk' is an identity column of the target" in g["reason"]
+    assert f"{name!r} is an identity column of the target" in g["reason"]
     assert "leave it out of the recomputed rows" in g["reason"]
+    assert all(s["passed"] for s in _gates(root, "schema_matches_target"))
 
 
 @pytest.mark.parametrize(("mutate", "promotion", "rule", "field"), [
     (None, "replace_where", "identity_replace_where", "targets[0].promotion"),
     (lambda p: p["targets"][0].update(business_keys=["order_sk"]), "merge_changed",
-     "identity_business_key", "targets[0].business_keys[0]"),
-], ids=["replace_where", "identity-key"])
+     "identity_column_named", "targets[0].business_keys[0]"),
+    (lambda p: p["targets"][0]["contract"]["not_null"].append("Order_SK"), "merge_changed",
+     "identity_column_named", "targets[0].contract.not_null[2]"),
+], ids=["replace_where", "identity-key", "identity-not-null"])
 def test_a_plan_that_would_renumber_or_key_on_the_identity_is_refused_before_writing(
         spark: Any, identity_lake: Path, tmp_path: Path, capsys: Any, mutate: Any,
         promotion: str, rule: str, field: str) -> None:
@@ -170,13 +199,20 @@ def test_a_plan_that_would_renumber_or_key_on_the_identity_is_refused_before_wri
     assert not (root / "_sg").exists() and not (root / "evidence").exists()
 
 
-def test_undoing_past_another_writer_refuses_to_write_identity_values_back(
-        spark: Any, identity_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+@pytest.mark.parametrize("always", [True, False], ids=["always", "by_default"])
+def test_undoing_past_another_writer_writes_identity_values_back_only_if_delta_lets_it(
+        spark: Any, identity_lake: Path, base_lake: Path, tmp_path: Path, monkeypatch: Any,
+        always: bool) -> None:
     """The run promotes and verifies, another writer appends outside the window, then the run
-    fails. Putting the window back apart from their commit would write the old order_sk values,
-    which Delta refuses for GENERATED ALWAYS: nothing is undone, the failure says why and how
-    to roll back, and their rows and the promotion are both still there."""
-    root = copy_lake(identity_lake, tmp_path / "lake")
+    fails. Putting the window back apart from their commit writes the old order_sk values:
+    GENERATED BY DEFAULT takes them (the window is back, their rows kept); GENERATED ALWAYS
+    refuses them, so nothing is undone, the failure says why and how to roll back, and their
+    rows and the promotion are both still there."""
+    if always:
+        root = copy_lake(identity_lake, tmp_path / "lake")
+    else:
+        root = copy_lake(base_lake, tmp_path / "lake")
+        _with_identity(spark, root, always=False)
     before = _keys(spark, root)
     theirs = (spark.read.format("delta").load(str(_target(root))).drop("order_sk").limit(3)
               .withColumn("order_date", F.lit(OUTSIDE))
@@ -188,16 +224,21 @@ def test_undoing_past_another_writer_refuses_to_write_identity_values_back(
     plan = write_plan(root, lambda p: p["execution"].update(slice_partitions=3),
                       promotion="merge_changed")
     v0 = _version(spark, root)
-    with pytest.raises(Exception, match="GENERATED ALWAYS identity column") as err:
+    with pytest.raises(Exception, match="storage hiccup") as err:
         run_backfill(spark, load_plan(plan), str(plan), home=str(root / "_sg"),
                      evidence_dir=str(root / "evidence"), out=lambda _m: None)
-    assert "--force" in str(err.value)
     ops = [r["operation"] for r in DeltaTable.forPath(spark, str(_target(root))).history()
            .filter(F.col("version") > v0).orderBy("version").collect()]
-    assert ops == ["MERGE", "WRITE"]  # the promotion, theirs; nothing undone
     after = _keys(spark, root)
-    assert all(after[k] == v for k, v in before.items())  # the promotion kept every order_sk
+    assert all(after[k] == v for k, v in before.items())  # no order_sk changed either way
     assert sum(k >= 10 ** 8 for k in after) == 3  # their rows
+    if not always:
+        assert ops == ["MERGE", "WRITE", "WRITE"]  # the promotion, theirs, the window put back
+        assert len(after) == len(before) + 3
+        return
+    assert "GENERATED ALWAYS identity column(s) order_sk" in str(err.value)
+    assert "--force" in str(err.value)
+    assert ops == ["MERGE", "WRITE"]  # the promotion, theirs; nothing undone
     assert len(after) > len(before) + 3  # the promotion's new orders are there too
 
 
