@@ -17,7 +17,8 @@ What differs, and what each kind of session gets:
 - a target's generated and identity columns: Spark's reader leaves that metadata out of the
   schema, so classic sessions read it from the Delta log; over Connect it stays unknown and
   Delta alone checks generated columns, at promotion (and an identity column is a column the
-  recomputation lacks).
+  recomputation lacks); so is whether this client's Delta may write a target at all (a writer
+  feature it does not support), which classic sessions ask Delta before anything is written.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -134,12 +135,15 @@ class ColumnRules:
 
     generated: dict[str, str]
     identity: dict[str, bool]
+    # why this Delta client may not write the table (its protocol), None when it may
+    write_refused: str | None = None
 
 
 def column_rules(spark: SparkSession, location: str) -> ColumnRules | None:
     """The generated and identity columns of the Delta table at ``location``, as Delta itself
     enforces them, from a fresh snapshot through the classic session's JVM (Spark's read schema
-    drops that metadata); None over Connect, or where the cluster refuses JVM access (standard
+    drops that metadata), and whether this client's Delta may write it at all (a writer feature
+    it does not know); None over Connect, or where the cluster refuses JVM access (standard
     access mode)."""
     if is_connect(spark):
         return None
@@ -147,13 +151,28 @@ def column_rules(spark: SparkSession, location: str) -> ColumnRules | None:
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         delta = jvm.org.apache.spark.sql.delta
-        snapshot = delta.DeltaLog.forTableWithSnapshot(spark._jsparkSession, location)._2()
+        pair = delta.DeltaLog.forTableWithSnapshot(spark._jsparkSession, location)
+        log, snapshot = pair._1(), pair._2()
         cols = delta.GeneratedColumn.getGeneratedColumns(snapshot)
         generated = {str(f.name()): str(f.metadata().getString(_GENERATED))
                      for f in (cols.apply(i) for i in range(cols.length()))}
         fields = json.loads(str(snapshot.metadata().schemaString())).get("fields", [])
+        refused = _write_refused(log, snapshot)
     except Exception:  # py4j or the cluster's security refused: unknown, not fatal
         return None
     identity = {str(f["name"]): bool(f["metadata"].get(_IDENTITY_EXPLICIT, False))
                 for f in fields if _IDENTITY_START in (f.get("metadata") or {})}
-    return ColumnRules(generated, identity)
+    return ColumnRules(generated, identity, refused)
+
+
+def _write_refused(log: Any, snapshot: Any) -> str | None:
+    """Delta's own reason for refusing to write the table (``DeltaLog.protocolWrite``: a writer
+    version or feature this client does not support), None when it would write."""
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        log.protocolWrite(snapshot.protocol())
+    except Py4JJavaError as exc:
+        message = str(exc.java_exception.getMessage() or exc.java_exception.toString())
+        return message.strip().splitlines()[0] if message.strip() else "refused"
+    return None

@@ -61,6 +61,9 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
     "retention_unreadable": (Severity.WARN, "a retention property cannot be parsed"),
     "target_append_only": (Severity.BLOCK, "a target is append-only (delta.appendOnly): Delta "
                            "refuses the promotion's deletes and updates"),
+    "target_not_writable": (Severity.BLOCK, "this client's Delta cannot write a target (a writer "
+                            "version or table feature it does not support): the promotion "
+                            "would fail at its commit, after the whole shadow was built"),
     "identity_replace_where": (Severity.BLOCK, "a target has an identity column and the "
                                "promotion is replace_where, which would give every row of the "
                                "window a new identity value"),
@@ -233,6 +236,12 @@ class _Live:
                      f"for the backfill, ALTER TABLE {ref.sql} SET TBLPROPERTIES "
                      "('delta.appendOnly' = 'false'); set it back after")
         rules = delta_ops.write_checks(self.spark, ref, detail)
+        if rules.write_refused:
+            self.add("target_not_writable", f"{path}.dataset",
+                     f"this client's Delta cannot write target {ref.display!r}: "
+                     f"{rules.write_refused}",
+                     "run sparkguard with a Delta version that supports the table's protocol "
+                     "(DESCRIBE DETAIL lists its tableFeatures), e.g. the runtime that wrote it")
         self._identity(path, i, ref, t, rules)
         # the shadow's rows are the target's columns but its identity columns
         self._metric_exprs(df.drop(*rules.identity_columns), "shadow_expr", checks, where,

@@ -227,23 +227,18 @@ def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame, target: Da
     noted: list[GateResult] = []
     for gate, expr in rules.gates():
         problem = _unresolved(shadow, expr)
-        if problem is not None and identity and _unresolved(with_identity, expr) is None:
-            noted.append(GateResult(
-                gate=gate, check_type="table_constraint", passed=True, measured=None,
-                threshold=0, expected=0,
-                reason=(f"not counted on the shadow: {expr} names an identity column "
-                        f"({', '.join(identity)}), whose values the target generates; Delta "
-                        "checks it on every row the promotion writes")))
+        if problem is None:
+            ok.append((gate, expr))
             continue
-        if problem is not None:
-            noted.append(GateResult(
-                gate=gate, check_type="table_constraint", passed=False, measured=None,
-                threshold=0, expected=0,
-                reason=(f"the target checks {expr} on every row written, which does not resolve "
-                        f"on the recomputed rows: {problem}; "
-                        "output the columns it names")))
-            continue
-        ok.append((gate, expr))
+        left = bool(identity) and _unresolved(with_identity, expr) is None
+        noted.append(GateResult(
+            gate=gate, check_type="table_constraint", passed=left, measured=None, threshold=0,
+            expected=0, reason=(
+                f"not counted on the shadow: {expr} names an identity column "
+                f"({', '.join(identity)}), whose values the target generates; Delta checks it "
+                "on every row the promotion writes" if left else
+                f"the target checks {expr} on every row written, which does not resolve on the "
+                f"recomputed rows: {problem}; output the columns it names")))
     return tuple(ok), noted
 
 

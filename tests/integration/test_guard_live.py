@@ -4,6 +4,7 @@ to it after the fixture)."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -254,6 +255,40 @@ def test_an_append_only_target_blocks_before_anything_is_written(spark, base, tm
     assert not [f for f in live_findings(spark, _plan(base)) if f.code == "target_append_only"]
 
 
+def test_a_target_this_delta_cannot_write_blocks_before_anything_is_written(spark, base, tmp_path):
+    """A table another writer (a newer Delta, another runtime) gave a writer feature this
+    client's Delta does not know: Delta reads it, but refuses every write at commit, so the
+    promotion would fail after the whole shadow was built, on every re-run. The live guard
+    blocks it with Delta's own reason instead."""
+    path = tmp_path / "orders_newer_writer"
+    (spark.read.format("delta").load(str(base / "target" / "orders_clean")).write
+     .format("delta").partitionBy("order_date").save(str(path)))
+    version = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").first()["version"] + 1
+    actions = [{"commitInfo": {"timestamp": 1780000000000, "operation": "UPGRADE PROTOCOL"}},
+               {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7,
+                             "writerFeatures": ["appendOnly", "invariants",
+                                                "futureWriterFeature"]}}]
+    (path / "_delta_log" / f"{version:020d}.json").write_text(
+        "\n".join(json.dumps(a) for a in actions) + "\n")
+    assert spark.read.format("delta").load(str(path)).count() > 0  # readable
+    with pytest.raises(Exception, match="futureWriterFeature"):  # the premise: no write lands
+        spark.read.format("delta").load(str(path)).limit(1).write.format("delta") \
+            .mode("append").save(str(path))
+
+    def mutate(p):
+        p["targets"][0]["dataset"] = str(path)
+    found = [f for f in live_findings(spark, _plan(base, mutate)) if f.code == "target_not_writable"]
+    assert [(f.severity, f.path) for f in found] == [
+        (Severity.BLOCK, "backfill_plan.targets[0].dataset")]
+    assert "futureWriterFeature" in found[0].message, found[0].message
+    assert not [f for f in live_findings(spark, _plan(base)) if f.code == "target_not_writable"]
+    root = copy_lake(base, tmp_path / "lake")
+    plan = write_plan(root, mutate)
+    assert main(["run", "--plan", str(plan), "--home", str(root / "_sg")]) == 2
+    assert not (root / "_sg").exists()  # refused before the ledger, a shadow or a pause
+    assert spark.sql(f"DESCRIBE HISTORY delta.`{path}`").first()["version"] == version
+
+
 def test_target_not_partitioned_is_a_warning(spark, base):
     def mutate(p):
         p["targets"][0]["dataset"] = str(base / "target" / "orders_flat")
@@ -282,7 +317,7 @@ def test_live_rules_have_tests():
               "targets_same_table",
               "window_not_in_source", "transform_invalid", "metric_expr_invalid",
               "retention_too_short", "blast_radius", "retention_unreadable",
-              "target_append_only",
+              "target_append_only", "target_not_writable",
               "identity_replace_where", "identity_column_named",  # test_identity_columns.py
               "window_rewrites_most",  # this one in test_windows_guard.py, the next in
               "window_zone_dependent"}  # test_windows_e2e.py
