@@ -61,6 +61,8 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
     "retention_unreadable": (Severity.WARN, "a retention property cannot be parsed"),
     "target_append_only": (Severity.BLOCK, "a target is append-only (delta.appendOnly): Delta "
                            "refuses the promotion's deletes and updates"),
+    "table_unreadable": (Severity.BLOCK, "this client's Delta cannot read the source or a target "
+                         "(a reader version or table feature it does not support)"),
     "target_not_writable": (Severity.BLOCK, "this client's Delta cannot write a target (a writer "
                             "version or table feature it does not support): the promotion "
                             "would fail at its commit, after the whole shadow was built"),
@@ -78,6 +80,8 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
                               "session time zone than in UTC (a partition column generated "
                               "from the window column, pruned by the session zone's dates)"),
 }
+_NEWER_DELTA = ("run sparkguard with a Delta version that supports the table's protocol "
+                "(DESCRIBE DETAIL lists its tableFeatures), e.g. the runtime that wrote it")
 _TYPE_OK: dict[PartitionType, tuple[type[T.DataType], ...]] = {
     PartitionType.DATE: (T.DateType,),
     PartitionType.STRING: (T.StringType, T.CharType, T.VarcharType),
@@ -149,8 +153,8 @@ class _Live:
             self.add("source_missing", "source_of_truth.dataset",
                      f"source {ref.display!r} is not a Delta table", "check the name or path")
             return None
-        src = delta_ops.read_table(self.spark, ref)
-        if not self._partition_column_ok(src, "source", "partitioning.column"):
+        src = self._read(ref, "source_of_truth.dataset", "source")
+        if src is None or not self._partition_column_ok(src, "source", "partitioning.column"):
             return None
         # one aggregation; at most len(window) rows come back
         counts = {r[0]: r[1] for r in src.filter(self.pred).groupBy(self.key.alias("k"))
@@ -183,6 +187,20 @@ class _Live:
                and not (against_source and t.validation.reference is not None)]
         return [("validation.checks", self.plan.validation.checks), *own]
 
+    def _read(self, ref: TableRef, path: str, what: str) -> DataFrame | None:
+        """The table, or None with a finding when this client's Delta refuses to read it (a
+        reader version or table feature it does not support)."""
+        try:
+            return delta_ops.read_table(self.spark, ref)
+        except Exception as exc:
+            reason = delta_ops.protocol_refusal(exc)
+            if reason is None:
+                raise
+            self.add("table_unreadable", path,
+                     f"this client's Delta cannot read {what} {ref.display!r}: {reason}",
+                     _NEWER_DELTA)
+            return None
+
     def _checks_of(self, i: int, t: TargetSpec) -> tuple[str, list[Check]]:
         if t.validation is not None and t.validation.checks:
             return f"targets[{i}].validation.checks", t.validation.checks
@@ -195,7 +213,9 @@ class _Live:
             self.add("target_missing", f"{path}.dataset", f"target {ref.display!r} is not a "
                      "Delta table", "create it before backfilling")
             return
-        df = delta_ops.read_table(self.spark, ref)
+        df = self._read(ref, f"{path}.dataset", "target")
+        if df is None:
+            return
         names = set(df.columns)
         part_ok = self._partition_column_ok(df, f"target {ref.display!r}", f"{path}.dataset")
         for j, k in enumerate(t.business_keys):
@@ -240,8 +260,7 @@ class _Live:
             self.add("target_not_writable", f"{path}.dataset",
                      f"this client's Delta cannot write target {ref.display!r}: "
                      f"{rules.write_refused}",
-                     "run sparkguard with a Delta version that supports the table's protocol "
-                     "(DESCRIBE DETAIL lists its tableFeatures), e.g. the runtime that wrote it")
+                     _NEWER_DELTA)
         self._identity(path, i, ref, t, rules)
         # the shadow's rows are the target's columns but its identity columns
         self._metric_exprs(df.drop(*rules.identity_columns), "shadow_expr", checks, where,

@@ -36,6 +36,7 @@ from sparkguard.delta_ops.conflicts import (
     conflict_summary,
     is_conflict,
     post_commit_failed,
+    protocol_refusal,
     with_conflict_retry,
 )
 from sparkguard.delta_ops.files import missing_files_for_version, snapshot_files
@@ -94,6 +95,7 @@ __all__ = [
     "promote_replace_where",
     "promoted_since",
     "promotion_state",
+    "protocol_refusal",
     "read_table",
     "read_version",
     "restore",

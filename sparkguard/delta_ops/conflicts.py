@@ -12,7 +12,7 @@ import delta.exceptions.captured  # noqa: F401  (makes pyspark raise Delta's con
 from delta.exceptions import base as delta_exception_types
 
 __all__ = ["CONFLICT_TYPES", "conflict_summary", "error_condition", "is_conflict",
-           "post_commit_failed", "with_conflict_retry"]
+           "post_commit_failed", "protocol_refusal", "with_conflict_retry"]
 
 T = TypeVar("T")
 
@@ -43,10 +43,10 @@ _JVM_CONFLICT_ROOTS = frozenset({"java.util.ConcurrentModificationException",
                                  "io.delta.exceptions.DeltaConcurrentModificationException"})
 
 
-def post_commit_failed(exc: BaseException) -> bool:
-    """Whether ``exc`` reports a failed post-commit hook (auto compaction, checkpoint) of a
-    commit that itself landed (error condition ``DELTA_POST_COMMIT_HOOK_FAILED``)."""
-    if error_condition(exc) == _POST_COMMIT_FAILED:
+def _has_condition(exc: BaseException, conditions: tuple[str, ...]) -> bool:
+    """Whether ``exc`` (its own error condition, as over Spark Connect) or the JVM throwable it
+    wraps, or a cause of that, has one of ``conditions``."""
+    if error_condition(exc) in conditions:
         return True
     java = getattr(exc, "java_exception", None)
     try:
@@ -54,7 +54,7 @@ def post_commit_failed(exc: BaseException) -> bool:
             if java is None:
                 return False
             with contextlib.suppress(Exception):  # not every throwable has an error class
-                if java.getErrorClass() == _POST_COMMIT_FAILED:
+                if java.getErrorClass() in conditions:
                     return True
             java = java.getCause()
     except Exception:  # the JVM side may be gone
@@ -62,7 +62,22 @@ def post_commit_failed(exc: BaseException) -> bool:
     return False
 
 
+def post_commit_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` reports a failed post-commit hook (auto compaction, checkpoint) of a
+    commit that itself landed (error condition ``DELTA_POST_COMMIT_HOOK_FAILED``)."""
+    return _has_condition(exc, (_POST_COMMIT_FAILED,))
+
+
+def protocol_refusal(exc: BaseException) -> str | None:
+    """Delta's one-line reason when ``exc`` is Delta refusing this client a table's protocol (a
+    reader or writer version or table feature it does not support); None for anything else."""
+    # the features Delta names come last, after the table's location: keep the whole line
+    return conflict_summary(exc, 2000) if _has_condition(exc, _PROTOCOL_REFUSALS) else None
+
+
 _POST_COMMIT_FAILED = "DELTA_POST_COMMIT_HOOK_FAILED"
+_PROTOCOL_REFUSALS = ("DELTA_UNSUPPORTED_FEATURES_FOR_READ", "DELTA_UNSUPPORTED_FEATURES_FOR_WRITE",
+                      "DELTA_INVALID_PROTOCOL_VERSION")
 
 
 # Their error conditions, as Spark Connect reports them (it has no Delta exception types).
@@ -109,9 +124,9 @@ def _jvm_is_conflict(java: Any) -> bool:
     return False
 
 
-def conflict_summary(exc: BaseException) -> str:
-    """One line naming the conflict: the JVM exception's class and message when ``exc`` wraps
-    one (a Py4JJavaError's own first line says nothing), else Python's."""
+def conflict_summary(exc: BaseException, limit: int = 300) -> str:
+    """One line naming the error (a conflict, say): the JVM exception's class and message when
+    ``exc`` wraps one (a Py4JJavaError's own first line says nothing), else Python's."""
     java = getattr(exc, "java_exception", None)
     if java is not None:
         try:
@@ -120,7 +135,7 @@ def conflict_summary(exc: BaseException) -> str:
             text = f"{type(exc).__name__}: {exc}"
     else:
         text = f"{type(exc).__name__}: {exc}"
-    return (text.strip().splitlines() or [""])[0][:300]
+    return (text.strip().splitlines() or [""])[0][:limit]
 
 
 def with_conflict_retry(action: Callable[[], T], attempts: int = 3, delay_s: float = 2.0,

@@ -85,7 +85,15 @@ def _open(spark: SparkSession, flag: str, dataset: str) -> tuple[TableRef, DataF
     if not delta_ops.table_exists(spark, ref):
         raise refuse(flag, f"{ref.display!r} is not a Delta table",
                      "check the path (it needs a _delta_log folder) or the catalog name")
-    return ref, delta_ops.read_table(spark, ref)
+    try:
+        return ref, delta_ops.read_table(spark, ref)
+    except Exception as exc:
+        reason = delta_ops.protocol_refusal(exc)
+        if reason is None:
+            raise
+        raise refuse(flag, f"this client's Delta cannot read {ref.display!r}: {reason}",
+                     "run sparkguard with a Delta version that supports the table's protocol") \
+            from None
 
 
 def _label(dataset: str) -> str:

@@ -263,13 +263,7 @@ def test_a_target_this_delta_cannot_write_blocks_before_anything_is_written(spar
     path = tmp_path / "orders_newer_writer"
     (spark.read.format("delta").load(str(base / "target" / "orders_clean")).write
      .format("delta").partitionBy("order_date").save(str(path)))
-    version = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").first()["version"] + 1
-    actions = [{"commitInfo": {"timestamp": 1780000000000, "operation": "UPGRADE PROTOCOL"}},
-               {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7,
-                             "writerFeatures": ["appendOnly", "invariants",
-                                                "futureWriterFeature"]}}]
-    (path / "_delta_log" / f"{version:020d}.json").write_text(
-        "\n".join(json.dumps(a) for a in actions) + "\n")
+    version = _newer_protocol(spark, path, reader=False)
     assert spark.read.format("delta").load(str(path)).count() > 0  # readable
     with pytest.raises(Exception, match="futureWriterFeature"):  # the premise: no write lands
         spark.read.format("delta").load(str(path)).limit(1).write.format("delta") \
@@ -287,6 +281,51 @@ def test_a_target_this_delta_cannot_write_blocks_before_anything_is_written(spar
     assert main(["run", "--plan", str(plan), "--home", str(root / "_sg")]) == 2
     assert not (root / "_sg").exists()  # refused before the ledger, a shadow or a pause
     assert spark.sql(f"DESCRIBE HISTORY delta.`{path}`").first()["version"] == version
+
+
+def _newer_protocol(spark: Any, path: Path, reader: bool) -> int:
+    """Commit to the table at ``path``, as a newer Delta would, a protocol with a table feature
+    this Delta does not know: a writer feature, or (``reader``) a reader-writer one. Returns
+    the new version."""
+    version = int(spark.sql(f"DESCRIBE HISTORY delta.`{path}`").first()["version"]) + 1
+    protocol: dict[str, Any] = {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": [
+        "appendOnly", "invariants", "futureReaderFeature" if reader else "futureWriterFeature"]}
+    if reader:
+        protocol |= {"minReaderVersion": 3, "readerFeatures": ["futureReaderFeature"]}
+    actions = [{"commitInfo": {"timestamp": 1780000000000, "operation": "UPGRADE PROTOCOL"}},
+               {"protocol": protocol}]
+    (path / "_delta_log" / f"{version:020d}.json").write_text(
+        "\n".join(json.dumps(a) for a in actions) + "\n")
+    return version
+
+
+@pytest.mark.parametrize(("table", "field"), [
+    ("source/orders", "backfill_plan.source_of_truth.dataset"),
+    ("target/orders_clean", "backfill_plan.targets[0].dataset")], ids=["source", "target"])
+def test_a_table_this_delta_cannot_read_is_a_finding_not_a_crash(spark, base, tmp_path, capsys,
+                                                                table, field):
+    """A source or target a newer Delta gave a reader feature: the guard and the run used to
+    crash (exit 3, a Java stack trace); now the live guard blocks with Delta's reason, naming
+    the field (exit 2), and nothing is written."""
+    root = copy_lake(base, tmp_path / "lake")
+    _newer_protocol(spark, root / table, reader=True)
+    plan = write_plan(root)
+    capsys.readouterr()
+    assert main(["guard", str(plan)]) == 2
+    out = capsys.readouterr().out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("[BLOCK] table_unreadable")]
+    assert field in line and "futureReaderFeature" in line and "Delta version" in line, line
+    assert main(["run", "--plan", str(plan), "--home", str(root / "_sg")]) == 2
+    assert not (root / "_sg").exists()
+    draft = tmp_path / "draft.yaml"
+    capsys.readouterr()
+    assert main(["plan", "init", "--source", str(root / "source" / "orders"), "--target",
+                 str(root / "target" / "orders_clean"), "--start", str(WINDOW[0]), "--end",
+                 str(WINDOW[-1]), "-o", str(draft)]) == 2
+    err = capsys.readouterr().err
+    flag = "--source" if table.startswith("source") else "--target"
+    assert f"{flag}: this client's Delta cannot read" in err and "futureReaderFeature" in err, err
+    assert not draft.exists()
 
 
 def test_target_not_partitioned_is_a_warning(spark, base):
@@ -317,7 +356,7 @@ def test_live_rules_have_tests():
               "targets_same_table",
               "window_not_in_source", "transform_invalid", "metric_expr_invalid",
               "retention_too_short", "blast_radius", "retention_unreadable",
-              "target_append_only", "target_not_writable",
+              "target_append_only", "target_not_writable", "table_unreadable",
               "identity_replace_where", "identity_column_named",  # test_identity_columns.py
               "window_rewrites_most",  # this one in test_windows_guard.py, the next in
               "window_zone_dependent"}  # test_windows_e2e.py
