@@ -171,10 +171,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        traceback.print_exc(file=sys.stderr)
-        print(f"sparkguard: runtime failure: {type(exc).__name__}: {str(exc)[:500]}",
+        summary, refused = _summary(exc)
+        if refused is None:
+            traceback.print_exc(file=sys.stderr)
+        print(f"sparkguard: runtime failure: {summary}" if refused is None else
+              f"sparkguard: runtime failure: this client's Delta cannot use a table: {refused}; "
+              "run sparkguard with a Delta version that supports the table's protocol",
               file=sys.stderr)
         return EXIT_RUNTIME
+
+
+def _summary(exc: BaseException) -> tuple[str, str | None]:
+    """An unexpected failure in one line (the JVM exception's own message, not Py4J's), and
+    Delta's reason when it is Delta refusing a table's protocol. Spark is looked at only when
+    it is loaded already: the fast commands never import it."""
+    if "pyspark" not in sys.modules:
+        return f"{type(exc).__name__}: {str(exc)[:500]}", None
+    from sparkguard.delta_ops.conflicts import conflict_summary, protocol_refusal
+
+    return conflict_summary(exc, 500), protocol_refusal(exc)
 
 
 if __name__ == "__main__":

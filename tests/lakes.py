@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 from collections import Counter
 from collections.abc import Callable
@@ -104,3 +105,19 @@ def set_transform(sql: str) -> Callable[[dict[str, Any]], None]:
     def mutate(plan: dict[str, Any]) -> None:
         plan["targets"][0]["transform"] = {"sql": sql}
     return mutate
+
+
+def newer_protocol(spark: Any, path: Path, reader: bool) -> int:
+    """Commit to the table at ``path``, as a newer Delta would, a protocol with a table feature
+    this Delta does not know: a writer feature, or (``reader``) a reader-writer one. Returns
+    the new version."""
+    version = int(spark.sql(f"DESCRIBE HISTORY delta.`{path}`").first()["version"]) + 1
+    protocol: dict[str, Any] = {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": [
+        "appendOnly", "invariants", "futureReaderFeature" if reader else "futureWriterFeature"]}
+    if reader:
+        protocol |= {"minReaderVersion": 3, "readerFeatures": ["futureReaderFeature"]}
+    actions = [{"commitInfo": {"timestamp": 1780000000000, "operation": "UPGRADE PROTOCOL"}},
+               {"protocol": protocol}]
+    (path / "_delta_log" / f"{version:020d}.json").write_text(
+        "\n".join(json.dumps(a) for a in actions) + "\n")
+    return version

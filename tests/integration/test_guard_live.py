@@ -4,7 +4,6 @@ to it after the fixture)."""
 from __future__ import annotations
 
 import copy
-import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,7 +21,7 @@ from sparkguard.guard_live import LIVE_RULES, live_findings, retention_days
 from sparkguard.plan import load_plan_text
 from sparkguard.plan.model import Transform
 from sparkguard.run import data as run_data
-from tests.lakes import WINDOW, copy_lake, write_plan
+from tests.lakes import WINDOW, copy_lake, newer_protocol, write_plan
 
 pytestmark = pytest.mark.spark
 
@@ -263,7 +262,7 @@ def test_a_target_this_delta_cannot_write_blocks_before_anything_is_written(spar
     path = tmp_path / "orders_newer_writer"
     (spark.read.format("delta").load(str(base / "target" / "orders_clean")).write
      .format("delta").partitionBy("order_date").save(str(path)))
-    version = _newer_protocol(spark, path, reader=False)
+    version = newer_protocol(spark, path, reader=False)
     assert spark.read.format("delta").load(str(path)).count() > 0  # readable
     with pytest.raises(Exception, match="futureWriterFeature"):  # the premise: no write lands
         spark.read.format("delta").load(str(path)).limit(1).write.format("delta") \
@@ -283,22 +282,6 @@ def test_a_target_this_delta_cannot_write_blocks_before_anything_is_written(spar
     assert spark.sql(f"DESCRIBE HISTORY delta.`{path}`").first()["version"] == version
 
 
-def _newer_protocol(spark: Any, path: Path, reader: bool) -> int:
-    """Commit to the table at ``path``, as a newer Delta would, a protocol with a table feature
-    this Delta does not know: a writer feature, or (``reader``) a reader-writer one. Returns
-    the new version."""
-    version = int(spark.sql(f"DESCRIBE HISTORY delta.`{path}`").first()["version"]) + 1
-    protocol: dict[str, Any] = {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": [
-        "appendOnly", "invariants", "futureReaderFeature" if reader else "futureWriterFeature"]}
-    if reader:
-        protocol |= {"minReaderVersion": 3, "readerFeatures": ["futureReaderFeature"]}
-    actions = [{"commitInfo": {"timestamp": 1780000000000, "operation": "UPGRADE PROTOCOL"}},
-               {"protocol": protocol}]
-    (path / "_delta_log" / f"{version:020d}.json").write_text(
-        "\n".join(json.dumps(a) for a in actions) + "\n")
-    return version
-
-
 @pytest.mark.parametrize(("table", "field"), [
     ("source/orders", "backfill_plan.source_of_truth.dataset"),
     ("target/orders_clean", "backfill_plan.targets[0].dataset")], ids=["source", "target"])
@@ -308,7 +291,7 @@ def test_a_table_this_delta_cannot_read_is_a_finding_not_a_crash(spark, base, tm
     crash (exit 3, a Java stack trace); now the live guard blocks with Delta's reason, naming
     the field (exit 2), and nothing is written."""
     root = copy_lake(base, tmp_path / "lake")
-    _newer_protocol(spark, root / table, reader=True)
+    newer_protocol(spark, root / table, reader=True)
     plan = write_plan(root)
     capsys.readouterr()
     assert main(["guard", str(plan)]) == 2

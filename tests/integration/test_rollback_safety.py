@@ -30,6 +30,7 @@ from tests.lakes import (
     copy_lake,
     count_descriptions,
     lock_key_of,
+    newer_protocol,
     put_back,
     write_plan,
 )
@@ -346,3 +347,22 @@ def test_rollback_pauses_publish_until_it_finishes_and_verifies_its_own_restore(
     assert rb["targets"][0]["new_version"] == restore["version"]
     assert _appended(spark, target) == 3
     assert_df_equality(_others_removed(spark, target), before, ignore_nullable=True)
+
+
+
+def test_rollback_of_a_target_a_newer_delta_upgraded_says_so_and_writes_nothing(
+        spark: Any, promoted: Promoted, capsys: Any) -> None:
+    """After the run, a newer Delta gave the target a reader feature this one does not know:
+    the rollback cannot read it. It fails with Delta's reason and what to do, no Java stack
+    trace, and writes nothing (no RESTORE, no publish pause, the run still done)."""
+    root, run_id, _before = promoted
+    target = root / "target" / "orders_clean"
+    version = newer_protocol(spark, target, reader=True)
+    capsys.readouterr()
+    assert _rollback(root, run_id) == 3
+    err = capsys.readouterr().err
+    assert "this client's Delta cannot use a table" in err and "futureReaderFeature" in err, err
+    assert "Traceback" not in err and "Py4JJavaError" not in err
+    assert max(int(p.stem) for p in (target / "_delta_log").glob("*.json")) == version
+    assert not is_paused(spark, str(target), str(root / "_sg"))
+    assert run_progress(Ledger(spark, str(root / "_sg")).run_events(run_id)).state == "done"
