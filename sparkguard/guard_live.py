@@ -80,8 +80,8 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
                               "session time zone than in UTC (a partition column generated "
                               "from the window column, pruned by the session zone's dates)"),
 }
-_NEWER_DELTA = ("run sparkguard with a Delta version that supports the table's protocol "
-                "(DESCRIBE DETAIL lists its tableFeatures), e.g. the runtime that wrote it")
+_NEWER_DELTA = ("run sparkguard with a Delta version that supports the table features Delta "
+                "names, e.g. the runtime that wrote the table")
 _TYPE_OK: dict[PartitionType, tuple[type[T.DataType], ...]] = {
     PartitionType.DATE: (T.DateType,),
     PartitionType.STRING: (T.StringType, T.CharType, T.VarcharType),
@@ -191,7 +191,9 @@ class _Live:
         """The table, or None with a finding when this client's Delta refuses to read it (a
         reader version or table feature it does not support)."""
         try:
-            return delta_ops.read_table(self.spark, ref)
+            df = delta_ops.read_table(self.spark, ref)
+            _ = df.schema  # resolves the snapshot (lazily read over Spark Connect)
+            return df
         except Exception as exc:
             reason = delta_ops.protocol_refusal(exc)
             if reason is None:

@@ -10,7 +10,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from sparkguard import compat
-from sparkguard.delta_ops.conflicts import error_condition
+from sparkguard.delta_ops.conflicts import error_condition, protocol_refusal
 from sparkguard.sql import TableRef, UnsafeSQLError, describe_detail_statement, quote_column
 
 _CONSTRAINT = "delta.constraints."  # a CHECK constraint's table property: name -> expression
@@ -24,19 +24,22 @@ def table_exists(spark: SparkSession, ref: TableRef) -> bool:
     that name or path, or a table of another format).
 
     Any other error (permissions, an unreachable store, a corrupt log) propagates: calling such
-    a table "missing" would hide the real problem.
+    a table "missing" would hide the real problem. A Delta table whose protocol this client's
+    Delta refuses (a newer Delta's table feature) exists: reading it says why.
     """
-    if compat.is_connect(spark):  # the DeltaTable API needs Delta's server plugin over Connect
-        return _is_delta_sql(spark, ref)
-    if ref.path is not None:
-        return bool(DeltaTable.isDeltaTable(spark, ref.path))
-    assert ref.name is not None
-    if not spark.catalog.tableExists(ref.name):
-        return False
     try:
+        if compat.is_connect(spark):  # the DeltaTable API needs Delta's server plugin there
+            return _is_delta_sql(spark, ref)
+        if ref.path is not None:
+            return bool(DeltaTable.isDeltaTable(spark, ref.path))
+        assert ref.name is not None
+        if not spark.catalog.tableExists(ref.name):
+            return False
         DeltaTable.forName(spark, ref.name)
-    except AnalysisException as exc:
-        if error_condition(exc) in _NOT_DELTA_CONDITIONS:
+    except Exception as exc:
+        if protocol_refusal(exc) is not None:
+            return True
+        if isinstance(exc, AnalysisException) and error_condition(exc) in _NOT_DELTA_CONDITIONS:
             return False
         raise
     return True
@@ -53,7 +56,9 @@ def _is_delta_sql(spark: SparkSession, ref: TableRef) -> bool:
         return False
     try:
         row = detail(spark, ref).select("format").first()
-    except AnalysisException:
+    except AnalysisException as exc:
+        if protocol_refusal(exc) is not None:
+            raise
         return False
     return row is not None and str(row["format"]).lower() == "delta"
 

@@ -282,17 +282,36 @@ def test_a_target_this_delta_cannot_write_blocks_before_anything_is_written(spar
     assert spark.sql(f"DESCRIBE HISTORY delta.`{path}`").first()["version"] == version
 
 
-@pytest.mark.parametrize(("table", "field"), [
-    ("source/orders", "backfill_plan.source_of_truth.dataset"),
-    ("target/orders_clean", "backfill_plan.targets[0].dataset")], ids=["source", "target"])
+@pytest.mark.parametrize(("table", "field", "by_name"), [
+    ("source/orders", "backfill_plan.source_of_truth.dataset", False),
+    ("target/orders_clean", "backfill_plan.targets[0].dataset", False),
+    ("source/orders", "backfill_plan.source_of_truth.dataset", True),
+], ids=["source", "target", "source-by-name"])
 def test_a_table_this_delta_cannot_read_is_a_finding_not_a_crash(spark, base, tmp_path, capsys,
-                                                                table, field):
-    """A source or target a newer Delta gave a reader feature: the guard and the run used to
-    crash (exit 3, a Java stack trace); now the live guard blocks with Delta's reason, naming
-    the field (exit 2), and nothing is written."""
+                                                                table, field, by_name):
+    """A source or target a newer Delta gave a reader feature, named by path or in the catalog:
+    the guard and the run used to crash (exit 3, a Java stack trace); now the live guard blocks
+    with Delta's reason, naming the field (exit 2), and nothing is written."""
     root = copy_lake(base, tmp_path / "lake")
+    name = "sg_unreadable_source"
+    if by_name:
+        spark.sql(f"CREATE TABLE {name} USING DELTA LOCATION '{root / table}'")
     newer_protocol(spark, root / table, reader=True)
-    plan = write_plan(root)
+
+    def named(p: dict[str, Any]) -> None:
+        p["source_of_truth"]["dataset"] = name
+
+    try:
+        _unreadable_refused(root, write_plan(root, named if by_name else None), table, field,
+                            name if by_name else str(root / "source" / "orders"), tmp_path,
+                            capsys)
+    finally:
+        if by_name:
+            spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def _unreadable_refused(root, plan, table, field, source, tmp_path, capsys):
+    """The guard, the run and plan init refuse the unreadable table, naming its field."""
     capsys.readouterr()
     assert main(["guard", str(plan)]) == 2
     out = capsys.readouterr().out
@@ -302,7 +321,7 @@ def test_a_table_this_delta_cannot_read_is_a_finding_not_a_crash(spark, base, tm
     assert not (root / "_sg").exists()
     draft = tmp_path / "draft.yaml"
     capsys.readouterr()
-    assert main(["plan", "init", "--source", str(root / "source" / "orders"), "--target",
+    assert main(["plan", "init", "--source", source, "--target",
                  str(root / "target" / "orders_clean"), "--start", str(WINDOW[0]), "--end",
                  str(WINDOW[-1]), "-o", str(draft)]) == 2
     err = capsys.readouterr().err

@@ -31,7 +31,15 @@ import pytest
 
 from sparkguard import compat, delta_ops
 from sparkguard.sql import TableRef
-from tests.lakes import TEST_SESSION_CONF, WINDOW, build_base, copy_lake, set_transform, write_plan
+from tests.lakes import (
+    TEST_SESSION_CONF,
+    WINDOW,
+    build_base,
+    copy_lake,
+    newer_protocol,
+    set_transform,
+    write_plan,
+)
 from tests.system.connect_server import ROOT, connect_server
 
 SPARK = pytest.mark.spark
@@ -240,6 +248,26 @@ def test_gate_failure_over_connect_leaves_the_target_unchanged(remote: Any, rbas
     assert "row_count" in out.message
     assert _history(remote, target) == history and _rows(remote, target) == before
     assert is_paused(remote, str(target), str(root / "_sg"))  # publish stays paused
+
+
+@SPARK
+@pytest.mark.parametrize(("table", "field"), [
+    ("source/orders", "backfill_plan.source_of_truth.dataset"),
+    ("target/orders_clean", "backfill_plan.targets[0].dataset")], ids=["source", "target"])
+def test_a_table_this_delta_cannot_read_is_a_guard_finding_over_connect(
+        remote: Any, rbase: Path, tmp_path: Path, table: str, field: str) -> None:
+    """Over Connect Delta's refusal comes back as an error condition, from DESCRIBE DETAIL or
+    when the read is analysed: the guard and the run block (exit 2) naming the field, with
+    Delta's reason, and nothing is written."""
+    root = copy_lake(rbase, tmp_path / "lake")
+    newer_protocol(remote, root / table, reader=True)
+    plan = write_plan(root)
+    code, out, _err = _main("guard", str(plan))
+    assert code == 2
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("[BLOCK] table_unreadable")]
+    assert field in line and "futureReaderFeature" in line, line
+    code, _out, _err = _main("run", "--plan", str(plan), "--home", str(root / "_sg"))
+    assert code == 2 and not (root / "_sg").exists()
 
 
 @SPARK
