@@ -264,8 +264,10 @@ class _Live:
                      f"{rules.write_refused}",
                      _NEWER_DELTA)
         self._identity(path, i, ref, t, rules)
-        # the shadow's rows are the target's columns but its identity columns
-        self._metric_exprs(df.drop(*rules.identity_columns), "shadow_expr", checks, where,
+        # the shadow's rows are the target's columns but its identity columns (no drop() of
+        # nothing: Spark Connect refuses an empty Drop)
+        identity = rules.identity_columns
+        self._metric_exprs(df.drop(*identity) if identity else df, "shadow_expr", checks, where,
                            f"target {ref.display!r}")
         if src is not None:
             self._transform(f"{path}.transform", t.transform, src)

@@ -220,9 +220,9 @@ def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame, target: Da
     identity values to count it on (a passed gate says so)."""
     rules = target_rules(ctx, st)
     identity = rules.identity_columns
-    with_identity = shadow.withColumns(
-        {c: F.lit(None).cast(target.schema[c].dataType) for c in identity
-         if c in target.columns and c not in shadow.columns})
+    nulls = {c: F.lit(None).cast(target.schema[c].dataType) for c in identity
+             if c in target.columns and c not in shadow.columns}
+    with_identity = shadow.withColumns(nulls) if nulls else shadow
     ok: list[tuple[str, str]] = []
     noted: list[GateResult] = []
     for gate, expr in rules.gates():
