@@ -175,8 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if refused is None:
             traceback.print_exc(file=sys.stderr)
         print(f"sparkguard: runtime failure: {summary}" if refused is None else
-              f"sparkguard: runtime failure: this client's Delta cannot use a table: {refused}; "
-              "run sparkguard with a Delta version that supports the table's protocol",
+              f"sparkguard: runtime failure: this client's Delta cannot use a table: {refused}",
               file=sys.stderr)
         return EXIT_RUNTIME
 
@@ -187,9 +186,14 @@ def _summary(exc: BaseException) -> tuple[str, str | None]:
     it is loaded already: the fast commands never import it."""
     if "pyspark" not in sys.modules:
         return f"{type(exc).__name__}: {str(exc)[:500]}", None
-    from sparkguard.delta_ops.conflicts import conflict_summary, protocol_refusal
+    from sparkguard.delta_ops.conflicts import (
+        PROTOCOL_REFUSAL_FIX,
+        conflict_summary,
+        protocol_refusal,
+    )
 
-    return conflict_summary(exc, 500), protocol_refusal(exc)
+    refused = protocol_refusal(exc)
+    return conflict_summary(exc, 500), (f"{refused}; {PROTOCOL_REFUSAL_FIX}" if refused else None)
 
 
 if __name__ == "__main__":

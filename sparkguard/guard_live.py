@@ -80,8 +80,6 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
                               "session time zone than in UTC (a partition column generated "
                               "from the window column, pruned by the session zone's dates)"),
 }
-_NEWER_DELTA = ("run sparkguard with a Delta version that supports the table features Delta "
-                "names, e.g. the runtime that wrote the table")
 _TYPE_OK: dict[PartitionType, tuple[type[T.DataType], ...]] = {
     PartitionType.DATE: (T.DateType,),
     PartitionType.STRING: (T.StringType, T.CharType, T.VarcharType),
@@ -190,18 +188,12 @@ class _Live:
     def _read(self, ref: TableRef, path: str, what: str) -> DataFrame | None:
         """The table, or None with a finding when this client's Delta refuses to read it (a
         reader version or table feature it does not support)."""
-        try:
-            df = delta_ops.read_table(self.spark, ref)
-            _ = df.schema  # resolves the snapshot (lazily read over Spark Connect)
-            return df
-        except Exception as exc:
-            reason = delta_ops.protocol_refusal(exc)
-            if reason is None:
-                raise
+        df, refused = delta_ops.read_resolved(self.spark, ref)
+        if refused is not None:
             self.add("table_unreadable", path,
-                     f"this client's Delta cannot read {what} {ref.display!r}: {reason}",
-                     _NEWER_DELTA)
-            return None
+                     f"this client's Delta cannot read {what} {ref.display!r}: {refused}",
+                     delta_ops.PROTOCOL_REFUSAL_FIX)
+        return df
 
     def _checks_of(self, i: int, t: TargetSpec) -> tuple[str, list[Check]]:
         if t.validation is not None and t.validation.checks:
@@ -262,12 +254,9 @@ class _Live:
             self.add("target_not_writable", f"{path}.dataset",
                      f"this client's Delta cannot write target {ref.display!r}: "
                      f"{rules.write_refused}",
-                     _NEWER_DELTA)
+                     delta_ops.PROTOCOL_REFUSAL_FIX)
         self._identity(path, i, ref, t, rules)
-        # the shadow's rows are the target's columns but its identity columns (no drop() of
-        # nothing: Spark Connect refuses an empty Drop)
-        identity = rules.identity_columns
-        self._metric_exprs(df.drop(*identity) if identity else df, "shadow_expr", checks, where,
+        self._metric_exprs(rules.without_identity(df), "shadow_expr", checks, where,
                            f"target {ref.display!r}")
         if src is not None:
             self._transform(f"{path}.transform", t.transform, src)

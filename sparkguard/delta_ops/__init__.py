@@ -33,6 +33,7 @@ from sparkguard.delta_ops.commits import (
 )
 from sparkguard.delta_ops.conflicts import (
     CONFLICT_TYPES,
+    PROTOCOL_REFUSAL_FIX,
     conflict_summary,
     is_conflict,
     post_commit_failed,
@@ -53,6 +54,7 @@ from sparkguard.delta_ops.tables import (
     detail,
     location_key,
     lock_key,
+    read_resolved,
     read_table,
     read_version,
     table_exists,
@@ -70,6 +72,7 @@ __all__ = [
     "CONFLICT_TYPES",
     "DATA_NEUTRAL_OPERATIONS",
     "LOG_TABLE_PROPERTIES",
+    "PROTOCOL_REFUSAL_FIX",
     "PromotionState",
     "WriteChecks",
     "append_rows",
@@ -96,6 +99,7 @@ __all__ = [
     "promoted_since",
     "promotion_state",
     "protocol_refusal",
+    "read_resolved",
     "read_table",
     "read_version",
     "restore",

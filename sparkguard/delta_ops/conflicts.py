@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import delta.exceptions.captured  # noqa: F401  (makes pyspark raise Delta's conflict types)
 from delta.exceptions import base as delta_exception_types
 
-__all__ = ["CONFLICT_TYPES", "conflict_summary", "error_condition", "is_conflict",
+__all__ = ["CONFLICT_TYPES", "PROTOCOL_REFUSAL_FIX", "conflict_summary", "error_condition", "is_conflict",
            "post_commit_failed", "protocol_refusal", "with_conflict_retry"]
 
 T = TypeVar("T")
@@ -75,6 +75,9 @@ def protocol_refusal(exc: BaseException) -> str | None:
     return conflict_summary(exc, 2000) if _has_condition(exc, _PROTOCOL_REFUSALS) else None
 
 
+# what to do about a protocol refusal, wherever it is reported
+PROTOCOL_REFUSAL_FIX = ("run sparkguard with a Delta version that supports the table features "
+                        "Delta names, e.g. the runtime that wrote the table")
 _POST_COMMIT_FAILED = "DELTA_POST_COMMIT_HOOK_FAILED"
 _PROTOCOL_REFUSALS = ("DELTA_UNSUPPORTED_FEATURES_FOR_READ", "DELTA_UNSUPPORTED_FEATURES_FOR_WRITE",
                       "DELTA_INVALID_PROTOCOL_VERSION")

@@ -16,7 +16,7 @@ from sparkguard.sql import TableRef, UnsafeSQLError, describe_detail_statement, 
 _CONSTRAINT = "delta.constraints."  # a CHECK constraint's table property: name -> expression
 
 __all__ = ["WriteChecks", "delta_log_exists", "delta_table", "detail", "location_key", "lock_key",
-           "read_table", "read_version", "table_exists", "write_checks"]
+           "read_resolved", "read_table", "read_version", "table_exists", "write_checks"]
 
 
 def table_exists(spark: SparkSession, ref: TableRef) -> bool:
@@ -103,6 +103,21 @@ def read_table(spark: SparkSession, ref: TableRef) -> DataFrame:
     return spark.read.table(ref.name)
 
 
+def read_resolved(spark: SparkSession, ref: TableRef) -> tuple[DataFrame | None, str | None]:
+    """The current snapshot of a Delta table with its schema resolved (Spark Connect reads
+    lazily), or None and Delta's reason when this client's Delta refuses the table's protocol
+    (:func:`~sparkguard.delta_ops.conflicts.protocol_refusal`); any other error propagates."""
+    try:
+        df = read_table(spark, ref)
+        _ = df.schema
+    except Exception as exc:
+        reason = protocol_refusal(exc)
+        if reason is None:
+            raise
+        return None, reason
+    return df, None
+
+
 def read_version(spark: SparkSession, ref: TableRef, version: int) -> DataFrame:
     """A Delta table as of ``version`` (time travel)."""
     reader = spark.read.format("delta").option("versionAsOf", version)
@@ -150,6 +165,11 @@ class WriteChecks:
     @property
     def identity_columns(self) -> tuple[str, ...]:
         return tuple(c for c, _ in self.identity)
+
+    def without_identity(self, df: DataFrame) -> DataFrame:
+        """``df`` (the table's rows) without its identity columns, as a recomputation holds
+        them (no ``drop()`` of nothing: Spark Connect refuses an empty one)."""
+        return df.drop(*self.identity_columns) if self.identity else df
 
     def gates(self) -> tuple[tuple[str, str], ...]:
         """(gate name, SQL expression a row must make true) for each: a row where a CHECK is

@@ -85,18 +85,11 @@ def _open(spark: SparkSession, flag: str, dataset: str) -> tuple[TableRef, DataF
     if not delta_ops.table_exists(spark, ref):
         raise refuse(flag, f"{ref.display!r} is not a Delta table",
                      "check the path (it needs a _delta_log folder) or the catalog name")
-    try:
-        df = delta_ops.read_table(spark, ref)
-        _ = df.schema  # resolves the snapshot (lazily read over Spark Connect)
-        return ref, df
-    except Exception as exc:
-        reason = delta_ops.protocol_refusal(exc)
-        if reason is None:
-            raise
-        raise refuse(flag, f"this client's Delta cannot read {ref.display!r}: {reason}",
-                     "run sparkguard with a Delta version that supports the table features "
-                     "Delta names") \
-            from None
+    df, refused = delta_ops.read_resolved(spark, ref)
+    if df is None:
+        raise refuse(flag, f"this client's Delta cannot read {ref.display!r}: {refused}",
+                     delta_ops.PROTOCOL_REFUSAL_FIX)
+    return ref, df
 
 
 def _label(dataset: str) -> str:

@@ -71,8 +71,7 @@ def target_df(ctx: RunContext, st: TargetState, partitions: Sequence[object],
 def as_shadow(ctx: RunContext, st: TargetState, target: DataFrame) -> DataFrame:
     """``target`` (rows of the target) without its identity columns, as the shadow holds them:
     the target keeps those values for the keys it holds and generates them for new keys."""
-    identity = target_rules(ctx, st).identity_columns
-    return target.drop(*identity) if identity else target
+    return target_rules(ctx, st).without_identity(target)
 
 
 def transform(ctx: RunContext, state: RunState, st: TargetState, partitions: Sequence[object],
