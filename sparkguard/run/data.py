@@ -263,8 +263,9 @@ def fingerprints(a: DataFrame, b: DataFrame) -> tuple[dict[str, int], dict[str, 
     cols = sorted(a.columns)
     if cols != sorted(b.columns):
         return table_fingerprint(a), table_fingerprint(b)
-    both = (a.select(*cols).withColumn("__sg_side", F.lit(0))
-            .unionByName(b.select(*cols).withColumn("__sg_side", F.lit(1))))
+    picked = [column(c) for c in cols]
+    both = (a.select(*picked).withColumn("__sg_side", F.lit(0))
+            .unionByName(b.select(*picked).withColumn("__sg_side", F.lit(1))))
     h = row_hash(both, cols)
     rows = {r["__sg_side"]: r for r in both.select("__sg_side", h.alias("h"))
             .groupBy("__sg_side").agg(
