@@ -36,7 +36,7 @@ from sparkguard.draft.layout import (
     day_format,
     window_column,
 )
-from sparkguard.sql import IDENTIFIER_RE
+from sparkguard.sql import IDENTIFIER_RE, quote_column
 
 __all__ = [
     "FLOAT_TOLERANCE_PERCENT",
@@ -116,18 +116,17 @@ def identity_transform(target: Sequence[Column], source: Sequence[Column]) -> Tr
     items: list[str] = []
     draft = TransformDraft("")
     for c in target:
-        if not IDENTIFIER_RE.fullmatch(c.name):
-            raise refuse("--target", f"column {c.name!r} is not a plain name", "rename it, or "
-                         "give --transform-sql / --transform-callable", c.name)
+        # a name with a dot, a hyphen or a space is written backquoted
+        name = c.name if IDENTIFIER_RE.fullmatch(c.name) else quote_column(c.name)
         s = src.get(c.name)
         if s is None:
-            items.append(f"{{fill:{c.name}}} AS {c.name}")
+            items.append(f"{{fill:{c.name}}} AS {name}")
             draft.unfilled.append(c.name)
         elif s.type.replace(" ", "") != c.type.replace(" ", ""):
-            items.append(f"CAST({c.name} AS {c.type.upper()}) AS {c.name}")
+            items.append(f"CAST({name} AS {c.type.upper()}) AS {name}")
             draft.casts.append(f"{c.name}: {s.type} -> {c.type}")
         else:
-            items.append(c.name)
+            items.append(name)
     lines, line = [], "SELECT"
     for i, item in enumerate(items):
         piece = f" {item}" + ("," if i < len(items) - 1 else "")

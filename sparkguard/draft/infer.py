@@ -38,7 +38,13 @@ from sparkguard.draft.render import Draft, render_draft
 from sparkguard.errors import PlanError, PlanProblem
 from sparkguard.plan.loader import load_plan_text
 from sparkguard.plan.model import PlanValueError, TargetSpec, Transform
-from sparkguard.sql import IDENTIFIER_RE, PartitionType, TableRef, window_predicate
+from sparkguard.sql import (
+    IDENTIFIER_RE,
+    PartitionType,
+    TableRef,
+    has_control,
+    window_predicate,
+)
 
 __all__ = ["DraftRequest", "draft_plan", "infer_draft"]
 
@@ -218,15 +224,24 @@ def infer_draft(spark: SparkSession, req: DraftRequest) -> Draft:
     if tref.display == sref.display:
         raise refuse("--source", "the source is the target", "recompute from an upstream table")
     tcols, scols = _columns(tdf.schema), _columns(sdf.schema)
-    bad = [c.name for c in tcols if not IDENTIFIER_RE.fullmatch(c.name)]
-    if bad:
-        raise refuse("--target", f"column name(s) {bad[:5]} are not plain names (letters, "
-                     "digits, '_'); a plan cannot name them", "rename the columns")
     # identity columns are the target's to fill: no key, transform, contract or measure names
     identity = delta_ops.write_checks(spark, tref).identity_columns
     tcols = [c for c in tcols if c.name not in identity]
+    # a column named with a dot, a hyphen or a space is recomputed (backquoted in the SQL) but
+    # a plan's key, window, not_null and contract fields take plain names only
+    plain = [c for c in tcols if IDENTIFIER_RE.fullmatch(c.name)]
+    odd = [c.name for c in tcols if has_control(c.name) or "`" in c.name]
+    if odd:
+        raise refuse("--target", f"column name(s) {odd[:5]!r} hold a control character or a "
+                     "backquote, which a drafted plan cannot show safely", "rename the "
+                     "columns, or write the plan from templates/backfill-plan.yaml")
     layout = _detail(spark, tref, tcols)
     col, ptype = window_column(layout, tcols)
+    if not IDENTIFIER_RE.fullmatch(col):
+        raise refuse("--target", f"the window column {col!r} is not a plain name (letters, "
+                     "digits, '_'), which a plan's partitioning needs",
+                     "write the plan from templates/backfill-plan.yaml with a plain-named window "
+                     "column")
     days = window_days(req.start, req.end)
     scol = next((c for c in scols if c.name == col), None)
     tbase = next(c for c in tcols if c.name == col).base
@@ -255,10 +270,10 @@ def infer_draft(spark: SparkSession, req: DraftRequest) -> Draft:
                      "has rows, or write the plan from templates/backfill-plan.yaml")
     win = tdf.filter(pred)
     label = _label(tref.display)
-    keys, evidence, untried = _find_key(win, col, tcols, label)
-    rows, nulls, nans = _profile(win, tcols)
+    keys, evidence, untried = _find_key(win, col, plain, label)
+    rows, nulls, nans = _profile(win, plain)
     sql, fn, notes = _transform(req, tcols, scols)
-    contract = [c for c in tcols if re.fullmatch(_CONTRACT_TYPE, c.type)]
+    contract = [c for c in plain if re.fullmatch(_CONTRACT_TYPE, c.type)]
     return Draft(
         name=req.name or f"backfill-{label.replace('_', '-')}-{req.start:%Y-%m-%d}",
         owner=req.owner, reason=req.reason, source=sref.display, target=tref.display,
@@ -266,11 +281,12 @@ def infer_draft(spark: SparkSession, req: DraftRequest) -> Draft:
         day_format=fmt, partitions=values, layout=layout,
         source_layout=_detail(spark, sref, scols), source_rows=src_rows, target_rows=tgt_rows,
         target_columns=contract, keys=keys, evidence=evidence, untried=untried,
-        not_null=[c.name for c in tcols if rows and nulls[c.name] == 0],
-        measures=measures(tcols, scols, keys, col, label, nans),
+        not_null=[c.name for c in plain if rows and nulls[c.name] == 0],
+        measures=measures(plain, scols, keys, col, label, nans),
         transform_sql=sql, transform_callable=fn, transform_notes=notes,
         transform_given=req.transform_sql is not None or req.transform_callable is not None,
-        contract_skipped=[f"{c.name} ({c.type})" for c in tcols if c not in contract],
+        contract_skipped=[f"{c.name} ({c.type})" for c in plain if c not in contract],
+        names_skipped=[c.name for c in tcols if c not in plain],
         identity_columns=identity)
 
 

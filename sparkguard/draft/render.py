@@ -50,6 +50,7 @@ class Draft:
     transform_given: bool = False
     transform_notes: list[str] = field(default_factory=list)
     contract_skipped: list[str] = field(default_factory=list)
+    names_skipped: list[str] = field(default_factory=list)  # not plain: no key, contract, measure
     identity_columns: tuple[str, ...] = ()  # the target's, left out of everything above
 
 
@@ -160,6 +161,9 @@ def render_draft(d: Draft) -> str:
     c(L, 8, "The target's schema: names, Spark SQL types and declared nullability.")
     for skipped in d.contract_skipped:
         c(L, 8, f"Left out (its type cannot be written in a contract): {skipped}")
+    if d.names_skipped:
+        c(L, 8, f"Left out (a plan's fields take plain names; the transform recomputes them "
+                f"and match_target_schema compares them): {', '.join(d.names_skipped)}")
     if d.target_columns:
         L.append("        columns:")
         for col in d.target_columns:

@@ -76,7 +76,7 @@ def test_demo_lake_draft_has_key_order_id_and_pre_approval_names_only_fields_to_
 def events(spark, tmp_path_factory) -> Path:
     """Source and target ``events`` partitioned by a string day: ``id`` repeats (two lines per
     id), (id, line_no) is the key; a nullable note; timestamps at the window's edges; a double
-    measure and a double with NaN."""
+    measure and a double with NaN; columns named with a dot and a hyphen."""
     root = tmp_path_factory.mktemp("events")
     days = ["2026-05-11", "2026-05-12", "2026-05-13", "2026-05-14"]
     rows = []
@@ -86,9 +86,11 @@ def events(spark, tmp_path_factory) -> Path:
             edge = dt.datetime(day.year, day.month, day.day) + (
                 dt.timedelta(microseconds=86_400_000_000 - 1) if i % 2 else dt.timedelta(0))
             rows.append((d, i // 2, i % 2, (i // 2) % 7, None if i % 5 == 0 else f"n'{i}`;",
-                         edge, i * 0.1, float("nan") if i == 3 else 1.5))
+                         edge, i * 0.1, float("nan") if i == 3 else 1.5,
+                         None if i % 3 == 0 else f"city{i % 4}", f"{d}/{i}"))
     df = spark.createDataFrame(rows, "day string, id bigint, line_no int, customer_id int, "
-                                     "note string, ts timestamp, amount double, score double")
+                                     "note string, ts timestamp, amount double, score double, "
+                                     "`geo.city` string, `line-ref` string")
     for side in ("source", "target"):
         df.write.format("delta").partitionBy("day").save(str(root / side))
     return root
@@ -117,6 +119,12 @@ def test_obvious_id_with_duplicates_gives_a_composite_key_then_the_draft_runs_an
     assert metrics["sum_score"].nan.value == "exclude" and "score holds NaN" in text
     assert metrics["distinct_keys"].source_expr == "struct(id, line_no)"
     assert "{fill:" not in text  # the source has every target column
+    # columns named with a dot or a hyphen: recomputed backquoted, named by no plain-name field
+    assert t.transform.sql is not None and "`geo.city`, `line-ref`" in t.transform.sql
+    assert "geo.city" not in t.contract.not_null and "line-ref" not in t.contract.not_null
+    assert {c.name for c in t.contract.columns} == {
+        "day", "id", "line_no", "customer_id", "note", "ts", "amount", "score"}
+    assert "match_target_schema compares them): geo.city, line-ref" in text
     # fill in the two fields only a person knows, approve, run, roll back by --plan
     text = text.replace("downstream_notifications: []", "downstream_notifications: [bi]")
     text = text.replace("required: []", "required: [data-owner]")
@@ -138,6 +146,8 @@ def test_obvious_id_with_duplicates_gives_a_composite_key_then_the_draft_runs_an
     hist = DeltaTable.forPath(spark, str(tgt)).history(1).first()
     assert hist["operation"] == "RESTORE" and int(hist["operationParameters"]["version"]) == v0
     assert content() == expected and len(expected) == 160
+    assert {r[0] for r in spark.read.format("delta").load(str(tgt)).select("`line-ref`")
+            .collect()} >= {"2026-05-12/7"}
     assert main(["rollback", "--plan", str(lake / "nope.yaml"), "--run-id", run_id]) == 2
 
 
@@ -159,7 +169,7 @@ def test_int_day_partitions_and_a_window_in_another_time_zone(spark, tmp_path):
 @pytest.fixture(scope="module")
 def odd(spark, tmp_path_factory) -> Path:
     """Tables plan init must refuse: every row twice, unpartitioned with a timestamp,
-    clustered."""
+    clustered, partitioned by a column whose name holds a dot."""
     root = tmp_path_factory.mktemp("odd")
     base = spark.range(20).select(F.lit(dt.date(2026, 5, 12)).alias("d"), F.col("id"),
                                   (F.col("id") % 3).alias("g"),
@@ -169,6 +179,8 @@ def odd(spark, tmp_path_factory) -> Path:
     base.write.format("delta").save(str(root / "flat"))
     spark.sql(f"CREATE TABLE delta.`{root / 'clustered'}` (d DATE, id BIGINT, ts TIMESTAMP) "
               "USING delta CLUSTER BY (ts)")
+    base.withColumnRenamed("d", "event.day").write.format("delta").partitionBy(
+        "event.day").save(str(root / "dotted"))
     return root
 
 
@@ -179,6 +191,7 @@ def odd(spark, tmp_path_factory) -> Path:
                 "(id, g): not a key"]),
     ("unpartitioned", ["the target is unpartitioned", "timestamp columns ['ts']"]),
     ("clustered", ["the target is clustered", "clustering columns ['ts']"]),
+    ("dotted_window", ["--target: the window column 'event.day' is not a plain name"]),
     ("hostile_path", ["--target: path", "contains a quote, backquote"]),
     ("hostile_name", ["--source: ", "is not a plain name"]),
     ("source_is_target", ["--source: the source is the target"]),
@@ -191,8 +204,8 @@ def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(
         tgt = odd / "nope"
     elif case == "empty_window":
         start, end = "2030-01-01", "2030-01-03"
-    elif case in ("unpartitioned", "clustered"):
-        tgt = odd / ("flat" if case == "unpartitioned" else "clustered")
+    elif case in ("unpartitioned", "clustered", "dotted_window"):
+        tgt = odd / {"unpartitioned": "flat", "clustered": "clustered"}.get(case, "dotted")
     elif case == "hostile_path":
         tgt = Path(f"{odd}/dups`; DROP TABLE x")
     elif case == "no_key":
@@ -203,7 +216,8 @@ def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(
     if case == "exists":
         out.write_text("mine\n")
     files = _files(odd)
-    versions = _versions(spark, odd / "src", odd / "dups", odd / "flat", odd / "clustered")
+    tables = [odd / t for t in ("src", "dups", "flat", "clustered", "dotted")]
+    versions = _versions(spark, *tables)
     argv_src: Any = "orders; DROP TABLE x" if case == "hostile_name" else src
     assert _init(argv_src, tgt, start, end, out) == 2
     err = capsys.readouterr().err
@@ -211,6 +225,6 @@ def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(
         assert w in err, err
     assert "nothing was written" in err
     assert _files(odd) == files
-    assert _versions(spark, odd / "src", odd / "dups", odd / "flat", odd / "clustered") == versions
+    assert _versions(spark, *tables) == versions
     assert (out.read_text() == "mine\n") if case == "exists" else not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name != "draft.yaml"]

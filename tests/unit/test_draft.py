@@ -138,6 +138,16 @@ def test_identity_transform_casts_and_leaves_holes_for_missing_columns():
     assert t.unfilled == ["total"] and t.casts == ["k: int -> bigint"]
 
 
+def test_identity_transform_backquotes_names_with_a_dot_a_hyphen_or_a_space():
+    target = [Column("k", "bigint"), Column("geo.city", "string"), Column("unit price", "int"),
+              Column("line-ref", "string")]
+    source = [Column("k", "bigint"), Column("geo.city", "string"), Column("unit price", "bigint")]
+    t = identity_transform(target, source)
+    assert t.sql == ("SELECT k, `geo.city`, CAST(`unit price` AS INT) AS `unit price`,\n"
+                     "       {fill:line-ref} AS `line-ref`\nFROM {source}\nWHERE {window}\n")
+    assert t.unfilled == ["line-ref"]
+
+
 def test_measures_skip_keys_ids_and_window_and_mark_nan_columns():
     ms = measures(COLS, [c for c in COLS if c.name != "qty"], ["order_id"], "order_date",
                   "orders", nan_columns=["price"])
