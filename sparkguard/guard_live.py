@@ -148,8 +148,9 @@ class _Live:
     def source(self) -> DataFrame | None:
         ref = TableRef.parse(self.plan.source_of_truth.dataset or "")
         if not delta_ops.table_exists(self.spark, ref):
+            what, fix = delta_ops.not_delta(self.spark, ref)
             self.add("source_missing", "source_of_truth.dataset",
-                     f"source {ref.display!r} is not a Delta table", "check the name or path")
+                     f"source {ref.display!r} {what}", fix)
             return None
         src = self._read(ref, "source_of_truth.dataset", "source")
         if src is None or not self._partition_column_ok(src, "source", "partitioning.column"):
@@ -204,8 +205,9 @@ class _Live:
         ref = TableRef.parse(t.dataset)
         path = f"targets[{i}]"
         if not delta_ops.table_exists(self.spark, ref):
-            self.add("target_missing", f"{path}.dataset", f"target {ref.display!r} is not a "
-                     "Delta table", "create it before backfilling")
+            what, fix = delta_ops.not_delta(self.spark, ref)
+            self.add("target_missing", f"{path}.dataset", f"target {ref.display!r} {what}",
+                     fix if ref.name is not None else "create it before backfilling")
             return
         df = self._read(ref, f"{path}.dataset", "target")
         if df is None:

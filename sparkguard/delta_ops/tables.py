@@ -16,7 +16,7 @@ from sparkguard.sql import TableRef, UnsafeSQLError, describe_detail_statement, 
 _CONSTRAINT = "delta.constraints."  # a CHECK constraint's table property: name -> expression
 
 __all__ = ["WriteChecks", "delta_log_exists", "delta_table", "detail", "location_key", "lock_key",
-           "read_resolved", "read_table", "read_version", "table_exists", "write_checks"]
+           "not_delta", "read_resolved", "read_table", "read_version", "table_exists", "write_checks"]
 
 
 def table_exists(spark: SparkSession, ref: TableRef) -> bool:
@@ -43,6 +43,25 @@ def table_exists(spark: SparkSession, ref: TableRef) -> bool:
             return False
         raise
     return True
+
+
+def not_delta(spark: SparkSession, ref: TableRef) -> tuple[str, str]:
+    """(what ``ref`` is instead, the fix) for a dataset ``table_exists`` found not to be a Delta
+    table: a view, a table in another format, or nothing at all."""
+    if ref.name is None:
+        return "is not a Delta table (no _delta_log at that path)", "check the path"
+    try:
+        if not spark.catalog.tableExists(ref.name):
+            return "is not in the catalog", "check the name (catalog.schema.table) or give the path"
+        kind = str(spark.catalog.getTable(ref.name).tableType or "").upper()
+    except Exception:  # the generic answer: the caller's finding still names the dataset
+        return "is not a Delta table", "check the name or path"
+    if kind in ("VIEW", "TEMPORARY", "MATERIALIZED_VIEW"):
+        return ("is a view, not a Delta table: a run reads its source at one pinned Delta version "
+                "and promotes into one Delta table", "name the Delta table the view reads and "
+                "put the view's logic in the transform SQL")
+    return ("is a table in another format, not Delta", "convert it (CONVERT TO DELTA) or name a "
+            "Delta table")
 
 
 # Error conditions meaning "there is no Delta table there" (and nothing else).

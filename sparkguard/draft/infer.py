@@ -89,8 +89,8 @@ def _detail(spark: SparkSession, ref: TableRef, schema: Sequence[Column]) -> Lay
 def _open(spark: SparkSession, flag: str, dataset: str) -> tuple[TableRef, DataFrame]:
     ref = TableRef.parse(dataset)
     if not delta_ops.table_exists(spark, ref):
-        raise refuse(flag, f"{ref.display!r} is not a Delta table",
-                     "check the path (it needs a _delta_log folder) or the catalog name")
+        what, fix = delta_ops.not_delta(spark, ref)
+        raise refuse(flag, f"{ref.display!r} {what}", fix)
     df, refused = delta_ops.read_resolved(spark, ref)
     if df is None:
         raise refuse(flag, f"this client's Delta cannot read {ref.display!r}: {refused}",

@@ -98,6 +98,35 @@ def test_source_missing_as_a_catalog_name(spark, base):
         spark, base, _set("source_of_truth", "dataset", "no_such_db.no_such_table"))
 
 
+def test_a_view_or_another_format_is_named_as_such_with_its_fix(spark, base, tmp_path):
+    """A view (catalog or temporary) as the source, a Parquet table as the target: the finding
+    says what the dataset is and how to fix that, not only that it is not Delta."""
+    spark.sql("CREATE SCHEMA IF NOT EXISTS sg_live_kinds")
+    spark.sql(f"CREATE TABLE sg_live_kinds.src USING DELTA LOCATION "
+              f"'{base / 'source' / 'orders'}'")
+    spark.sql("CREATE OR REPLACE VIEW sg_live_kinds.src_view AS SELECT * FROM sg_live_kinds.src")
+    spark.sql("CREATE OR REPLACE TEMP VIEW sg_live_temp AS SELECT * FROM sg_live_kinds.src")
+    spark.range(3).write.format("parquet").saveAsTable("sg_live_kinds.flat")
+    try:
+        for view in ("sg_live_kinds.src_view", "sg_live_temp"):
+            (f,) = [f for f in live_findings(spark, _plan(base, _set(
+                "source_of_truth", "dataset", view))) if f.code == "source_missing"]
+            assert f.message == (f"source {view!r} is a view, not a Delta table: a run reads "
+                                 "its source at one pinned Delta version and promotes into one "
+                                 "Delta table"), f.message
+            assert f.fix.startswith("name the Delta table the view reads")
+        (f,) = [f for f in live_findings(spark, _plan(base, _target(
+            "dataset", "sg_live_kinds.flat"))) if f.code == "target_missing"]
+        assert f.message == "target 'sg_live_kinds.flat' is a table in another format, not Delta"
+        assert "CONVERT TO DELTA" in f.fix
+        (f,) = [f for f in live_findings(spark, _plan(base, _target(
+            "dataset", "sg_live_kinds.nope"))) if f.code == "target_missing"]
+        assert f.message == "target 'sg_live_kinds.nope' is not in the catalog"
+    finally:
+        spark.sql("DROP VIEW IF EXISTS sg_live_temp")
+        spark.sql("DROP SCHEMA IF EXISTS sg_live_kinds CASCADE")
+
+
 def test_target_missing(spark, base):
     assert _blocks(spark, base, _target("dataset", str(base / "target" / "nope"))) == {
         ("target_missing", "backfill_plan.targets[0].dataset")}

@@ -191,6 +191,8 @@ def odd(spark, tmp_path_factory) -> Path:
                 "(id, g): not a key"]),
     ("unpartitioned", ["the target is unpartitioned", "timestamp columns ['ts']"]),
     ("clustered", ["the target is clustered", "clustering columns ['ts']"]),
+    ("view_source", ["--source: 'sg_init_view' is a view, not a Delta table",
+                     "name the Delta table the view reads"]),
     ("dotted_window", ["--target: the window column 'event.day' is not a plain name"]),
     ("hostile_path", ["--target: path", "contains a quote, backquote"]),
     ("hostile_name", ["--source: ", "is not a plain name"]),
@@ -219,6 +221,9 @@ def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(
     tables = [odd / t for t in ("src", "dups", "flat", "clustered", "dotted")]
     versions = _versions(spark, *tables)
     argv_src: Any = "orders; DROP TABLE x" if case == "hostile_name" else src
+    if case == "view_source":
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW sg_init_view AS SELECT * FROM delta.`{src}`")
+        argv_src = "sg_init_view"
     assert _init(argv_src, tgt, start, end, out) == 2
     err = capsys.readouterr().err
     for w in words:
