@@ -51,6 +51,8 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
                        "contract.not_null name is not a target column"),
     "targets_same_table": (Severity.BLOCK, "two targets name one table (same storage location, "
                            "spelt differently)"),
+    "source_is_target_table": (Severity.BLOCK, "the source of truth and a target are one table "
+                               "(same storage location, spelt differently)"),
     "target_not_partitioned": (Severity.WARN, "the target is not partitioned by the column"),
     "window_not_in_source": (Severity.BLOCK, "a window partition has no rows in the source"),
     "transform_invalid": (Severity.BLOCK, "the transform does not analyse against the source"),
@@ -121,6 +123,7 @@ class _Live:
         self.out: list[Finding] = []
         self.rows: dict[str, int] = {}  # source rows per window partition
         self.locations: dict[str, str] = {}  # target location -> path of its first target
+        self.source_location: str | None = None
 
     def add(self, code: str, path: str, msg: str, fix: str = "") -> None:
         self.out.append(Finding(LIVE_RULES[code][0], code, f"{P}.{path}", msg, fix))
@@ -153,7 +156,12 @@ class _Live:
                      f"source {ref.display!r} {what}", fix)
             return None
         src = self._read(ref, "source_of_truth.dataset", "source")
-        if src is None or not self._partition_column_ok(src, "source", "partitioning.column"):
+        if src is None:
+            return None
+        # one DESCRIBE DETAIL: a target spelt another way may be this very table
+        row = delta_ops.detail(self.spark, ref).select("location").first()
+        self.source_location = delta_ops.location_key(row["location"] if row else None)
+        if not self._partition_column_ok(src, "source", "partitioning.column"):
             return None
         # one aggregation; at most len(window) rows come back
         counts = {r[0]: r[1] for r in src.filter(self.pred).groupBy(self.key.alias("k"))
@@ -232,6 +240,12 @@ class _Live:
         detail = delta_ops.detail(self.spark, ref).select(
             "location", "partitionColumns", "properties", "numFiles", "sizeInBytes").first()
         location = delta_ops.location_key(detail["location"] if detail is not None else None)
+        if location and location == self.source_location:
+            self.add("source_is_target_table", f"{path}.dataset",
+                     f"target {ref.display!r} is the source of truth's table "
+                     f"({self.plan.source_of_truth.dataset!r}, at {location}): the gates would "
+                     "compare the recomputation with the data it replaces",
+                     "recompute from an upstream dataset")
         if location in self.locations:
             self.add("targets_same_table", f"{path}.dataset",
                      f"target {ref.display!r} is the table of {self.locations[location]} "

@@ -98,6 +98,28 @@ def test_source_missing_as_a_catalog_name(spark, base):
         spark, base, _set("source_of_truth", "dataset", "no_such_db.no_such_table"))
 
 
+def test_the_source_named_as_a_target_through_the_catalog_is_refused(spark, base):
+    """The static guard sees two spellings; the live check sees one table: the target by its
+    catalog name, the source by its path (and the other way round)."""
+    path = str(base / "target" / "orders_clean")
+    alias = "sg_live_src_alias"
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {alias} USING DELTA LOCATION '{path}'")
+    try:
+        for source, target in ((path, alias), (alias, path)):
+            found = [f for f in live_findings(spark, _plan(base, lambda p: (
+                p["source_of_truth"].update(dataset=source),
+                p["targets"][0].update(dataset=target))))
+                if f.code == "source_is_target_table"]
+            assert [(f.severity.value, f.path) for f in found] == [
+                ("block", "backfill_plan.targets[0].dataset")]
+            assert f"is the source of truth's table ({source!r}, at file:{path})" in (
+                found[0].message)
+        assert not [f for f in live_findings(spark, _plan(base))
+                    if f.code == "source_is_target_table"]
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {alias}")
+
+
 def test_a_view_or_another_format_is_named_as_such_with_its_fix(spark, base, tmp_path):
     """A view (catalog or temporary) as the source, a Parquet table as the target: the finding
     says what the dataset is and how to fix that, not only that it is not Delta."""
@@ -384,7 +406,7 @@ def test_live_rules_have_tests():
     # odd values when the property is set, so a live table cannot easily hold one)
     tested = {"source_missing", "target_missing", "partition_column_missing",
               "partition_type_mismatch", "column_missing", "target_not_partitioned",
-              "targets_same_table",
+              "targets_same_table", "source_is_target_table",
               "window_not_in_source", "transform_invalid", "metric_expr_invalid",
               "retention_too_short", "blast_radius", "retention_unreadable",
               "target_append_only", "target_not_writable", "table_unreadable",
