@@ -106,10 +106,11 @@ def test_the_source_named_as_a_target_through_the_catalog_is_refused(spark, base
     spark.sql(f"CREATE TABLE IF NOT EXISTS {alias} USING DELTA LOCATION '{path}'")
     try:
         for source, target in ((path, alias), (alias, path)):
-            found = [f for f in live_findings(spark, _plan(base, lambda p: (
-                p["source_of_truth"].update(dataset=source),
-                p["targets"][0].update(dataset=target))))
-                if f.code == "source_is_target_table"]
+            def swap(p, source=source, target=target):
+                p["source_of_truth"].update(dataset=source)
+                p["targets"][0].update(dataset=target)
+            found = [f for f in live_findings(spark, _plan(base, swap))
+                     if f.code == "source_is_target_table"]
             assert [(f.severity.value, f.path) for f in found] == [
                 ("block", "backfill_plan.targets[0].dataset")]
             assert f"is the source of truth's table ({source!r}, at file:{path})" in (
