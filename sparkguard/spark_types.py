@@ -3,9 +3,13 @@ are (maps, variants), wherever they are nested."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from pyspark.sql import types as T
 
-__all__ = ["holds_type", "holds_unordered"]
+from sparkguard.sql import quote_column
+
+__all__ = ["field_names", "holds_type", "holds_unordered", "sql_type"]
 
 
 def holds_type(dtype: T.DataType, *kinds: type[T.DataType]) -> bool:
@@ -24,3 +28,29 @@ def holds_type(dtype: T.DataType, *kinds: type[T.DataType]) -> bool:
 def holds_unordered(dtype: T.DataType) -> bool:
     """A map or a variant anywhere: ``<=>`` compares neither, so they compare as JSON."""
     return holds_type(dtype, T.MapType, T.VariantType)
+
+
+def field_names(dtype: T.DataType) -> Iterator[str]:
+    """Every struct field name in ``dtype``, however deeply nested (in arrays and maps too)."""
+    if isinstance(dtype, T.StructType):
+        for f in dtype.fields:
+            yield f.name
+            yield from field_names(f.dataType)
+    elif isinstance(dtype, T.ArrayType):
+        yield from field_names(dtype.elementType)
+    elif isinstance(dtype, T.MapType):
+        yield from field_names(dtype.keyType)
+        yield from field_names(dtype.valueType)
+
+
+def sql_type(dtype: T.DataType) -> str:
+    """``dtype`` as Spark SQL type text, struct field names backquoted and kept as they are
+    (``simpleString`` leaves them bare: ``struct<zip code:int>`` does not parse)."""
+    if isinstance(dtype, T.StructType):
+        return "STRUCT<" + ", ".join(f"{quote_column(f.name)}: {sql_type(f.dataType)}"
+                                     for f in dtype.fields) + ">"
+    if isinstance(dtype, T.ArrayType):
+        return f"ARRAY<{sql_type(dtype.elementType)}>"
+    if isinstance(dtype, T.MapType):
+        return f"MAP<{sql_type(dtype.keyType)}, {sql_type(dtype.valueType)}>"
+    return dtype.simpleString().upper()

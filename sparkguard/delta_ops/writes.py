@@ -22,6 +22,7 @@ from sparkguard.delta_ops.sessions import (
     session_confs,
 )
 from sparkguard.delta_ops.tables import delta_table, read_version, table_exists
+from sparkguard.spark_types import field_names
 from sparkguard.sql import (
     CHANGE_OP,
     TableRef,
@@ -51,10 +52,11 @@ def write_partitions(df: DataFrame, ref: TableRef, predicate: str,
     writer = df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
     if cols:
         writer = writer.partitionBy(*cols)
-    if any(_NEEDS_MAPPING.search(c) for c in df.columns) and not table_exists(df.sparkSession,
-                                                                               ref):
-        # Parquet names cannot hold these characters: a table whose columns do (a target with
-        # column mapping) gets a shadow with column mapping too, set as it is created
+    if any(_NEEDS_MAPPING.search(c) for c in field_names(df.schema)) and not table_exists(
+            df.sparkSession, ref):
+        # Parquet names cannot hold these characters: a table whose columns or nested fields do
+        # (a target with column mapping) gets a shadow with column mapping too, set as it is
+        # created
         writer = writer.option("delta.columnMapping.mode", "name")
     _save(writer, ref, metadata, txn)
 

@@ -123,7 +123,7 @@ def identity_transform(target: Sequence[Column], source: Sequence[Column]) -> Tr
             items.append(f"{{fill:{c.name}}} AS {name}")
             draft.unfilled.append(c.name)
         elif s.type.replace(" ", "") != c.type.replace(" ", ""):
-            items.append(f"CAST({name} AS {c.type.upper()}) AS {name}")
+            items.append(f"CAST({name} AS {c.sql_type or c.type.upper()}) AS {name}")
             draft.casts.append(f"{c.name}: {s.type} -> {c.type}")
         else:
             items.append(name)

@@ -38,6 +38,7 @@ from sparkguard.draft.render import Draft, render_draft
 from sparkguard.errors import PlanError, PlanProblem
 from sparkguard.plan.loader import load_plan_text
 from sparkguard.plan.model import PlanValueError, TargetSpec, Transform
+from sparkguard.spark_types import sql_type
 from sparkguard.sql import (
     IDENTIFIER_RE,
     PartitionType,
@@ -73,7 +74,7 @@ def _columns(schema: T.StructType) -> list[Column]:
     for f in schema.fields:
         md = dict(f.metadata or {})
         out.append(Column(f.name, f.dataType.simpleString(), f.nullable,
-                          str(md.get("comment") or "")))
+                          str(md.get("comment") or ""), sql_type(f.dataType)))
     return out
 
 

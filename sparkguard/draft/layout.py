@@ -28,6 +28,7 @@ class Column:
     type: str
     nullable: bool = True
     comment: str = ""
+    sql_type: str = ""  # the type as SQL text (nested names backquoted); "" for type.upper()
 
     @property
     def base(self) -> str:

@@ -6,6 +6,7 @@ with --plan, and bad input (exit 2, nothing written anywhere)."""
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,9 @@ def test_demo_lake_draft_has_key_order_id_and_pre_approval_names_only_fields_to_
 def events(spark, tmp_path_factory) -> Path:
     """Source and target ``events`` partitioned by a string day: ``id`` repeats (two lines per
     id), (id, line_no) is the key; a nullable note; timestamps at the window's edges; a double
-    measure and a double with NaN; columns named with a dot and a hyphen."""
+    measure and a double with NaN; columns named with a dot and a hyphen; a struct whose fields
+    have a space and capitals in their names and whose ``Zip Code`` is an int in the target and
+    a bigint in the source (column mapping on, for the space)."""
     root = tmp_path_factory.mktemp("events")
     days = ["2026-05-11", "2026-05-12", "2026-05-13", "2026-05-14"]
     rows = []
@@ -87,12 +90,16 @@ def events(spark, tmp_path_factory) -> Path:
                 dt.timedelta(microseconds=86_400_000_000 - 1) if i % 2 else dt.timedelta(0))
             rows.append((d, i // 2, i % 2, (i // 2) % 7, None if i % 5 == 0 else f"n'{i}`;",
                          edge, i * 0.1, float("nan") if i == 3 else 1.5,
-                         None if i % 3 == 0 else f"city{i % 4}", f"{d}/{i}"))
-    df = spark.createDataFrame(rows, "day string, id bigint, line_no int, customer_id int, "
-                                     "note string, ts timestamp, amount double, score double, "
-                                     "`geo.city` string, `line-ref` string")
-    for side in ("source", "target"):
-        df.write.format("delta").partitionBy("day").save(str(root / side))
+                         None if i % 3 == 0 else f"city{i % 4}", f"{d}/{i}",
+                         (10_000 + i, f"C{i % 3}")))
+    schema = ("day string, id bigint, line_no int, customer_id int, note string, "
+              "ts timestamp, amount double, score double, `geo.city` string, `line-ref` string, "
+              "addr struct<`Zip Code`: {zip}, City: string>")
+    for side, zip_type in (("source", "bigint"), ("target", "int")):
+        (spark.createDataFrame(rows, schema.format(zip=zip_type)).write.format("delta")
+         .partitionBy("day").option("delta.columnMapping.mode", "name")
+         .option("delta.minReaderVersion", "2").option("delta.minWriterVersion", "5")
+         .save(str(root / side)))
     return root
 
 
@@ -100,8 +107,7 @@ def test_obvious_id_with_duplicates_gives_a_composite_key_then_the_draft_runs_an
         spark, events, tmp_path, capsys):
     lake = tmp_path / "lake"
     for side in ("source", "target"):
-        spark.read.format("delta").load(str(events / side)).write.format("delta") \
-            .partitionBy("day").save(str(lake / side))
+        shutil.copytree(events / side, lake / side)
     out = lake / "draft.yaml"
     assert _init(lake / "source", lake / "target", "2026-05-12", "2026-05-14", out,
                  "--owner", "data@example.com", "--reason", "recompute", "--name", "ev") == 0
@@ -121,9 +127,11 @@ def test_obvious_id_with_duplicates_gives_a_composite_key_then_the_draft_runs_an
     assert "{fill:" not in text  # the source has every target column
     # columns named with a dot or a hyphen: recomputed backquoted, named by no plain-name field
     assert t.transform.sql is not None and "`geo.city`, `line-ref`" in t.transform.sql
+    # a nested type cast with its field names backquoted and their case kept
+    assert "CAST(addr AS STRUCT<`Zip Code`: INT, `City`: STRING>) AS addr" in t.transform.sql
     assert "geo.city" not in t.contract.not_null and "line-ref" not in t.contract.not_null
     assert {c.name for c in t.contract.columns} == {
-        "day", "id", "line_no", "customer_id", "note", "ts", "amount", "score"}
+        "day", "id", "line_no", "customer_id", "note", "ts", "amount", "score", "addr"}
     assert "match_target_schema compares them): geo.city, line-ref" in text
     # fill in the two fields only a person knows, approve, run, roll back by --plan
     text = text.replace("downstream_notifications: []", "downstream_notifications: [bi]")

@@ -1,7 +1,7 @@
 """Tables as real lakes name them: a source and a target given by catalog name (the way
 Databricks users write plans), and a target whose column names hold a dot, a hyphen or a space
-(legal in Delta; a space needs column mapping). Each backfill is promoted, rolled back and
-verified on real tables."""
+(legal in Delta; a space, here in a nested field, needs column mapping). Each backfill is
+promoted, rolled back and verified on real tables."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_source_and_target_by_catalog_name(spark: Any, base_lake: Path, tmp_path
 
 ODD = {"ship.city": "CONCAT('{p}', CAST(customer_id AS STRING))",
        "order-ref": "CONCAT('r', CAST(order_id AS STRING))",
-       "unit price": "CAST(amount AS DECIMAL(12,2))"}
+       "addr": "named_struct('zip code', CAST(amount AS STRING), 'City', 'x')"}
 
 
 def _odd_sql(prefix: str) -> str:
@@ -88,13 +88,15 @@ def _odd_sql(prefix: str) -> str:
     return TRANSFORM_SQL.replace("AS line_total", f"AS line_total, {extra}")
 
 
-def test_column_names_with_a_dot_a_hyphen_and_a_space(spark: Any, base_lake: Path,
+def test_column_names_with_a_dot_a_hyphen_and_a_nested_space(spark: Any, base_lake: Path,
                                                       tmp_path: Path) -> None:
-    """The target gains ``ship.city``, ``order-ref`` and ``unit price`` (column mapping on);
-    the plan recomputes them, ``ship.city`` differently on every row. The change preview counts
-    them by their names, merge_changed promotes and verifies the window against the shadow
-    (a dotted name once read as a struct field failed that check after the commit), and the
-    rollback restores the old content."""
+    """The target gains ``ship.city``, ``order-ref`` and a struct ``addr`` whose field ``zip
+    code`` holds a space (column mapping on); the plan recomputes them, ``ship.city``
+    differently on every row. The shadow gets column mapping for the nested name (only top-level
+    names were looked at once, and Delta refused the shadow's first write), the change preview
+    counts the columns by their names, merge_changed promotes and verifies the window against
+    the shadow (a dotted name once read as a struct field failed that check after the commit),
+    and the rollback restores the old content."""
     root = copy_lake(base_lake, tmp_path / "lake")
     path = root / "target" / "orders_clean"
     held = root / "held"
@@ -125,7 +127,7 @@ def test_column_names_with_a_dot_a_hyphen_and_a_space(spark: Any, base_lake: Pat
     assert preview["changed"] == 582 and preview["inserted"] == 18
     assert preview["changed_by_column"]["ship.city"] == 582
     assert preview["changed_by_column"]["order-ref"] == 0
-    assert preview["changed_by_column"]["unit price"] == preview["changed_by_column"]["amount"] > 0
+    assert preview["changed_by_column"]["addr"] == preview["changed_by_column"]["amount"] > 0
 
     assert _after_run(spark, root, "rollback") == EXIT_OK
     assert _rows(spark.read.format("delta").load(str(path))) == before

@@ -1,0 +1,31 @@
+"""Type text and nested names for columns whose fields are named like real JSON: spaces,
+dots, mixed case."""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+
+from sparkguard.spark_types import field_names, sql_type
+
+ADDR = T.StructType([T.StructField("zip code", T.StringType()),
+                     T.StructField("City", T.StringType()),
+                     T.StructField("geo.lat", T.DecimalType(9, 6))])
+
+
+def test_sql_type_backquotes_nested_names_and_keeps_their_case() -> None:
+    assert sql_type(ADDR) == ("STRUCT<`zip code`: STRING, `City`: STRING, "
+                              "`geo.lat`: DECIMAL(9,6)>")
+    assert sql_type(T.ArrayType(T.MapType(T.StringType(), ADDR))) == (
+        "ARRAY<MAP<STRING, STRUCT<`zip code`: STRING, `City`: STRING, `geo.lat`: DECIMAL(9,6)>>>")
+    assert sql_type(T.StructType([T.StructField("a`b", T.LongType())])) == "STRUCT<`a``b`: BIGINT>"
+    assert sql_type(T.TimestampNTZType()) == "TIMESTAMP_NTZ"
+
+
+def test_field_names_walks_arrays_maps_and_structs() -> None:
+    dtype = T.StructType([T.StructField("id", T.LongType()),
+                          T.StructField("lines", T.ArrayType(ADDR)),
+                          T.StructField("tags", T.MapType(T.StringType(), T.StructType(
+                              [T.StructField("w x", T.IntegerType())])))])
+    assert list(field_names(dtype)) == ["id", "lines", "zip code", "City", "geo.lat", "tags",
+                                        "w x"]
+    assert list(field_names(T.LongType())) == []
