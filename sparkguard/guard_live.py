@@ -443,9 +443,10 @@ class _Live:
 
     def _blast_radius(self, path: str, ref: TableRef, df: DataFrame, detail: Any) -> None:
         """Report what the promotion replaces."""
+        meta = df.metadataColumn("_metadata")  # Delta's, even if the table has a `_metadata`
         files = (df.filter(self.pred)
-                 .select(F.col("_metadata.file_path").alias("f"),
-                         F.col("_metadata.file_size").alias("s"))
+                 .select(meta.getField("file_path").alias("f"),
+                         meta.getField("file_size").alias("s"))
                  .groupBy("f").agg(F.count(F.lit(1)).alias("n"), F.max("s").alias("s")))
         row = files.agg(F.sum("n"), F.count(F.lit(1)), F.sum("s")).first()
         rows, nfiles, size = (int(row[0] or 0), int(row[1] or 0), int(row[2] or 0)) if row \

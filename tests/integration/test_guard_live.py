@@ -88,6 +88,22 @@ def _check(i: int, key: str, value: Any):
     return mutate
 
 
+def test_blast_radius_of_a_target_with_its_own_metadata_column(spark, base, tmp_path):
+    """A user column named ``_metadata`` hides Spark's file metadata column from plain
+    references; the blast radius still counts the window's files."""
+    path = tmp_path / "with_metadata"
+    (spark.read.format("delta").load(str(base / "target" / "orders_clean"))
+     .withColumn("_metadata", F.lit("mine")).write.format("delta").partitionBy("order_date")
+     .save(str(path)))
+    found = [f.message for f in live_findings(spark, _plan(base, _target("dataset", str(path))))
+             if f.code == "blast_radius" and "target" in f.message]
+    window = spark.read.format("delta").load(str(path)).filter(F.col("order_date").isin(WINDOW))
+    files = set(window.inputFiles())
+    size = sum(os.path.getsize(f.removeprefix("file:")) for f in files)
+    assert found == [f"target {str(path)!r}: {window.count()} rows in {len(files)} file(s), "
+                     f"{size / 1e6:.2f} MB inside the window will be replaced in one commit"]
+
+
 def test_source_missing(spark, base):
     assert _blocks(spark, base, _set("source_of_truth", "dataset", str(base / "nope"))) == {
         ("source_missing", "backfill_plan.source_of_truth.dataset")}
