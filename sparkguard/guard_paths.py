@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from sparkguard.guard_findings import Collector
 from sparkguard.plan.model import BackfillPlan, TargetSpec
 from sparkguard.plan.window import target_order
-from sparkguard.sql import TableRef, UnsafeSQLError
+from sparkguard.sql import TableRef, UnsafeSQLError, placeholders
 
 __all__ = ["allowed_roots", "outside_roots", "placeholder_rules", "target_rules"]
 
@@ -61,7 +61,6 @@ def _overlaps(a: str, b: str) -> bool:
     return ppa == ppb or ppa in ppb.parents or ppb in ppa.parents
 
 
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
 def target_rules(plan: BackfillPlan, c: Collector) -> None:
@@ -148,7 +147,7 @@ def placeholder_rules(plan: BackfillPlan, t: TargetSpec, sql: str, path: str,
     """The placeholders of a transform's (or a reference's) SQL: it reads the source or an
     upstream shadow, names only known placeholders and upstream targets it depends on."""
     labels = {x.label for x in plan.target_specs()}
-    names = _PLACEHOLDER.findall(sql)
+    names = placeholders(sql)
     if "source" not in names and not any(n.startswith("shadow:") for n in names):
         c.add("transform_placeholder", path, "the query reads neither {source} nor an upstream "
               "{shadow:NAME}", "read the pinned source as FROM {source} (sparkguard filters it "

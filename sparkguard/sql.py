@@ -33,6 +33,7 @@ __all__ = [
     "merge_condition",
     "merge_statement",
     "parse_partition_value",
+    "placeholders",
     "query_only",
     "query_problem",
     "quote_column",
@@ -342,6 +343,20 @@ def check_expression(expr: str) -> str:
             "write one expression over the columns of the row"
         )
     return expr.strip()
+
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_QUOTED_OR_COMMENT = ("'", '"', "`", "--", "/*")
+
+
+def placeholders(sql: str) -> list[str]:
+    """The names of the ``{name}`` placeholders in a transform's SQL, outside string literals,
+    backquoted names and comments: a regex's ``{2}`` or a JSON literal's braces are SQL."""
+    code = list(sql)
+    for m in _SQL_TOKEN.finditer(sql):
+        if m.group().startswith(_QUOTED_OR_COMMENT):
+            code[m.start():m.end()] = " " * (m.end() - m.start())
+    return _PLACEHOLDER.findall("".join(code))
 
 
 def column_named(expr: str) -> str | None:

@@ -48,7 +48,8 @@ def _rows(df: Any) -> list[Any]:
 def test_source_and_target_by_catalog_name(spark: Any, base_lake: Path, tmp_path: Path,
                                            capsys: Any) -> None:
     """``dataset: sg_names.orders_src`` and ``sg_names.orders_clean``: the run reads, locks,
-    promotes and records the target by its name; rollback and verify find it again by name."""
+    promotes and records the target by its name; rollback and verify find it again by name.
+    The transform holds a regex quantifier (``{0,40}``), which is SQL, not a placeholder."""
     root = copy_lake(base_lake, tmp_path / "lake")
     schema = f"sg_names_{tmp_path.name.replace('-', '_')}"
     src, tgt = f"{schema}.orders_src", f"{schema}.orders_clean"
@@ -57,8 +58,12 @@ def test_source_and_target_by_catalog_name(spark: Any, base_lake: Path, tmp_path
         spark.sql(f"CREATE TABLE {src} USING DELTA LOCATION '{root / 'source' / 'orders'}'")
         spark.sql(f"CREATE TABLE {tgt} USING DELTA LOCATION '{root / 'target' / 'orders_clean'}'")
         before, v0 = _rows(spark.table(tgt)), len(_history(spark, tgt)) - 1
+        # a regex quantifier's braces are SQL, not a placeholder (the guard once blocked them)
+        sql = TRANSFORM_SQL.replace("status,", "regexp_replace(status, '^(.{0,40})$', '$1') "
+                                    "AS status,")
         plan = write_plan(root, lambda p: (p["source_of_truth"].update(dataset=src),
-                                           p["targets"][0].update(dataset=tgt)))
+                                           p["targets"][0].update(dataset=tgt,
+                                                                  transform={"sql": sql})))
         assert _run(plan, root) == EXIT_OK
         assert f"RESTORE TABLE `{schema}`.`orders_clean` TO VERSION AS OF {v0}" in (
             capsys.readouterr().out)

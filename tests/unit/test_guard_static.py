@@ -261,6 +261,25 @@ def test_self_declared_claims_are_info_only_and_prove_nothing():
     assert {f.code for f in blocking(found)} == {"approvals_missing"}
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT *, regexp_extract(note, '[0-9]{4}-[0-9]{2}', 0) AS d FROM {source} WHERE {window}",
+    'SELECT *, get_json_object(\'{"a": {"b": 1}}\', "$.a") AS j FROM {source} WHERE {window}',
+    "SELECT `odd{name}` FROM {source} -- {not a placeholder}\nWHERE {window} /* {x} */",
+])
+def test_braces_in_literals_names_and_comments_are_not_placeholders(sql):
+    """A regex quantifier, a JSON literal, a backquoted name or a comment holding braces is SQL:
+    the guard does not take it for an unknown placeholder (it blocked such transforms)."""
+    assert _codes(_set("targets.0.transform.sql", sql)) == set()
+
+
+def test_placeholders_are_found_outside_quotes_only():
+    from sparkguard.sql import placeholders
+
+    assert placeholders("SELECT '{a}', \"{b}\", `{c}`, {d} FROM {shadow:x} -- {e}") == [
+        "d", "shadow:x"]
+    assert placeholders("SELECT 'it''s {a}' FROM {source}") == ["source"]
+
+
 def test_approvals_undefined():
     found = _findings(_set("approvals.required", []), approvals=True)
     assert {f.code for f in blocking(found)} == {"approvals_undefined"}
