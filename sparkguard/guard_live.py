@@ -215,7 +215,8 @@ class _Live:
         if not delta_ops.table_exists(self.spark, ref):
             what, fix = delta_ops.not_delta(self.spark, ref)
             self.add("target_missing", f"{path}.dataset", f"target {ref.display!r} {what}",
-                     fix if ref.name is not None else "create it before backfilling")
+                     fix if "not in the catalog" not in what and ref.name is not None
+                     else "create it before backfilling, or check the name or path")
             return
         df = self._read(ref, f"{path}.dataset", "target")
         if df is None:

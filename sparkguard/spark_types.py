@@ -9,7 +9,7 @@ from pyspark.sql import types as T
 
 from sparkguard.sql import quote_column
 
-__all__ = ["field_names", "holds_type", "holds_unordered", "sql_type"]
+__all__ = ["field_names", "holds_type", "holds_unordered", "same_field_names", "sql_type"]
 
 
 def holds_type(dtype: T.DataType, *kinds: type[T.DataType]) -> bool:
@@ -54,3 +54,19 @@ def sql_type(dtype: T.DataType) -> str:
     if isinstance(dtype, T.MapType):
         return f"MAP<{sql_type(dtype.keyType)}, {sql_type(dtype.valueType)}>"
     return dtype.simpleString().upper()
+
+
+def same_field_names(a: T.DataType, b: T.DataType) -> bool:
+    """Whether ``a`` casts to ``b`` field by field as the names say: Spark casts a struct by
+    position, so ``struct<lon, lat>`` to ``struct<lat, lon>`` would swap the values."""
+    if isinstance(a, T.StructType) and isinstance(b, T.StructType):
+        return len(a.fields) == len(b.fields) and all(
+            x.name.lower() == y.name.lower() and same_field_names(x.dataType, y.dataType)
+            for x, y in zip(a.fields, b.fields, strict=True))
+    if isinstance(a, T.ArrayType) and isinstance(b, T.ArrayType):
+        return same_field_names(a.elementType, b.elementType)
+    if isinstance(a, T.MapType) and isinstance(b, T.MapType):
+        return same_field_names(a.keyType, b.keyType) and same_field_names(a.valueType,
+                                                                           b.valueType)
+    return not isinstance(a, T.StructType | T.ArrayType | T.MapType) and not isinstance(
+        b, T.StructType | T.ArrayType | T.MapType)

@@ -50,23 +50,37 @@ def not_delta(spark: SparkSession, ref: TableRef) -> tuple[str, str]:
     table: a view, a table in another format, or nothing at all."""
     if ref.name is None:
         return "is not a Delta table (no _delta_log at that path)", "check the path"
+    gone = ("is registered as a Delta table but its transaction log (_delta_log) cannot be "
+            "found", "check the table's location and that its _delta_log folder exists")
     try:
         if not spark.catalog.tableExists(ref.name):
             return "is not in the catalog", "check the name (catalog.schema.table) or give the path"
         kind = str(spark.catalog.getTable(ref.name).tableType or "").upper()
-    except Exception:  # the generic answer: the caller's finding still names the dataset
-        return "is not a Delta table", "check the name or path"
-    if kind in ("VIEW", "TEMPORARY", "MATERIALIZED_VIEW"):
+    except Exception as exc:  # the generic answer: the caller's finding still names the dataset
+        return gone if error_condition(exc) in _LOG_GONE else (
+            "is not a Delta table", "check the name or path")
+    if "VIEW" in kind or kind == "TEMPORARY":
         return ("is a view, not a Delta table: a run reads its source at one pinned Delta version "
                 "and promotes into one Delta table", "name the Delta table the view reads and "
                 "put the view's logic in the transform SQL")
-    return ("is a table in another format, not Delta", "convert it (CONVERT TO DELTA) or name a "
-            "Delta table")
+    try:
+        row = detail(spark, ref).select("format").first()
+        fmt = str(row["format"] if row is not None else "").lower()
+    except Exception as exc:  # DESCRIBE DETAIL refused
+        if error_condition(exc) in _LOG_GONE:
+            return gone
+        return "is not a Delta table", "check the name or path"
+    if fmt == "delta":  # the catalog says Delta, but its log is gone or unreadable
+        return gone
+    return (f"is a {fmt or 'non-Delta'} table, not Delta", "convert it (CONVERT TO DELTA) or "
+            "name a Delta table")
 
 
-# Error conditions meaning "there is no Delta table there" (and nothing else).
+# Error conditions meaning "there is no Delta table there" (and nothing else); the last two
+# for a catalog table whose folder or log is gone.
+_LOG_GONE = frozenset({"DELTA_MISSING_TRANSACTION_LOG", "DELTA_PATH_DOES_NOT_EXIST"})
 _NOT_DELTA_CONDITIONS = frozenset({"DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_NOT_FOUND",
-                                   "TABLE_OR_VIEW_NOT_FOUND", "DELTA_MISSING_TRANSACTION_LOG"})
+                                   "TABLE_OR_VIEW_NOT_FOUND", *_LOG_GONE})
 
 
 def _is_delta_sql(spark: SparkSession, ref: TableRef) -> bool:

@@ -14,7 +14,7 @@ transform.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from sparkguard.draft.inputs import (
@@ -108,10 +108,13 @@ class TransformDraft:
     casts: list[str] = field(default_factory=list)
 
 
-def identity_transform(target: Sequence[Column], source: Sequence[Column]) -> TransformDraft:
+def identity_transform(target: Sequence[Column], source: Sequence[Column],
+                       reordered: Collection[str] = ()) -> TransformDraft:
     """``SELECT <target columns> FROM {source} WHERE {window}``: each target column taken from
     the source column of the same name (cast when the types differ); a column the source lacks
-    becomes a ``{fill:COLUMN}`` hole that the guard names until someone writes it."""
+    becomes a ``{fill:COLUMN}`` hole that the guard names until someone writes it, and so does
+    a ``reordered`` one (struct fields the source names or orders otherwise: a CAST would
+    match them by position)."""
     src = {c.name: c for c in source}
     items: list[str] = []
     draft = TransformDraft("")
@@ -119,10 +122,10 @@ def identity_transform(target: Sequence[Column], source: Sequence[Column]) -> Tr
         # a name with a dot, a hyphen or a space is written backquoted
         name = c.name if IDENTIFIER_RE.fullmatch(c.name) else quote_column(c.name)
         s = src.get(c.name)
-        if s is None:
+        if s is None or c.name in reordered:
             items.append(f"{{fill:{c.name}}} AS {name}")
             draft.unfilled.append(c.name)
-        elif s.type.replace(" ", "") != c.type.replace(" ", ""):
+        elif (s.sql_type or s.type.replace(" ", "")) != (c.sql_type or c.type.replace(" ", "")):
             items.append(f"CAST({name} AS {c.sql_type or c.type.upper()}) AS {name}")
             draft.casts.append(f"{c.name}: {s.type} -> {c.type}")
         else:

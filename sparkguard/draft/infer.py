@@ -38,11 +38,12 @@ from sparkguard.draft.render import Draft, render_draft
 from sparkguard.errors import PlanError, PlanProblem
 from sparkguard.plan.loader import load_plan_text
 from sparkguard.plan.model import PlanValueError, TargetSpec, Transform
-from sparkguard.spark_types import sql_type
+from sparkguard.spark_types import field_names, same_field_names, sql_type
 from sparkguard.sql import (
     IDENTIFIER_RE,
     PartitionType,
     TableRef,
+    UnsafeSQLError,
     has_control,
     window_predicate,
 )
@@ -73,9 +74,22 @@ def _columns(schema: T.StructType) -> list[Column]:
     out = []
     for f in schema.fields:
         md = dict(f.metadata or {})
+        try:
+            as_sql = sql_type(f.dataType)
+        except UnsafeSQLError:  # a nested name with a control character: never cast
+            as_sql = ""
         out.append(Column(f.name, f.dataType.simpleString(), f.nullable,
-                          str(md.get("comment") or ""), sql_type(f.dataType)))
+                          str(md.get("comment") or ""), as_sql))
     return out
+
+
+def _reordered(target: T.StructType, source: T.StructType) -> set[str]:
+    """Target columns the source holds with other struct field names or order: a CAST, which
+    Spark applies by position, would put values under the wrong fields."""
+    src = {f.name: f.dataType for f in source.fields}
+    return {f.name for f in target.fields
+            if f.name in src and src[f.name] != f.dataType
+            and not same_field_names(src[f.name], f.dataType)}
 
 
 def _detail(spark: SparkSession, ref: TableRef, schema: Sequence[Column]) -> Layout:
@@ -104,8 +118,8 @@ def _label(dataset: str) -> str:
                       transform=Transform(sql="SELECT 1 FROM {source}")).label
 
 
-def _transform(req: DraftRequest, target: list[Column], source: list[Column]
-               ) -> tuple[str | None, str | None, list[str]]:
+def _transform(req: DraftRequest, target: list[Column], source: list[Column],
+               reordered: set[str]) -> tuple[str | None, str | None, list[str]]:
     """(sql, callable, notes) of the drafted transform."""
     try:
         if req.transform_callable is not None:
@@ -123,7 +137,7 @@ def _transform(req: DraftRequest, target: list[Column], source: list[Column]
         flag = "--transform-callable" if req.transform_callable else "--transform-sql"
         raise refuse(flag, str(exc).splitlines()[-1].strip(), "see templates/backfill-plan.yaml")\
             from None
-    drafted = identity_transform(target, source)
+    drafted = identity_transform(target, source, reordered)
     if len(drafted.unfilled) == len(target):
         raise refuse("--source", "the source has none of the target's columns, so no identity "
                      "recompute can be drafted", "give --transform-sql FILE or "
@@ -132,9 +146,14 @@ def _transform(req: DraftRequest, target: list[Column], source: list[Column]
              "name.", "Review it: the job that built the target may derive columns differently."]
     if drafted.casts:
         notes.append(f"Cast to the target's type: {'; '.join(drafted.casts)}.")
-    if drafted.unfilled:
+    missing = [c for c in drafted.unfilled if c not in reordered]
+    if missing:
         notes.append(f"FILL IN each {{fill:COLUMN}}: the source has no column "
-                     f"{', '.join(drafted.unfilled)}; write the SQL expression computing it.")
+                     f"{', '.join(missing)}; write the SQL expression computing it.")
+    if reordered & set(drafted.unfilled):
+        notes.append(f"FILL IN {', '.join(sorted(reordered & set(drafted.unfilled)))}: the "
+                     "source's struct fields differ in name or order, and a CAST matches them "
+                     "by position; build the struct field by field (named_struct).")
     return drafted.sql, None, notes
 
 
@@ -189,8 +208,8 @@ def _verify(win: DataFrame, part: str, cands: Sequence[KeyCandidate]) -> list[Ke
             for i, cand in enumerate(cands)]
 
 
-def _find_key(win: DataFrame, part: str, cols: list[Column], label: str
-              ) -> tuple[tuple[str, ...], list[KeyEvidence], list[str]]:
+def _find_key(win: DataFrame, part: str, cols: list[Column], label: str,
+              left_out: Sequence[str] = ()) -> tuple[tuple[str, ...], list[KeyEvidence], list[str]]:
     """(key, evidence of every candidate tried, candidates not tried)."""
     singles = key_candidates(cols, label, part)
     tried: list[KeyEvidence] = []
@@ -212,8 +231,10 @@ def _find_key(win: DataFrame, part: str, cols: list[Column], label: str
             if ev.exact:
                 return ev.candidate.columns, tried, []
     shown = "; ".join(ev.describe() for ev in tried[:12])
+    skipped = (f"; not tried, as a plan's keys take plain names: {list(left_out)[:5]}"
+               if left_out else "")
     raise refuse("--target", f"no exact business key in the window ({len(tried)} candidate(s) "
-                 f"tried: {shown or 'no column of an exact type'})",
+                 f"tried: {shown or 'no column of an exact type'}{skipped})",
                  "deduplicate the target's window, or write the plan from "
                  "templates/backfill-plan.yaml with the key you know")
 
@@ -231,11 +252,13 @@ def infer_draft(spark: SparkSession, req: DraftRequest) -> Draft:
     # a column named with a dot, a hyphen or a space is recomputed (backquoted in the SQL) but
     # a plan's key, window, not_null and contract fields take plain names only
     plain = [c for c in tcols if IDENTIFIER_RE.fullmatch(c.name)]
-    odd = [c.name for c in tcols if has_control(c.name) or "`" in c.name]
+    odd = [n for f in tdf.schema.fields for n in (f.name, *field_names(f.dataType))
+           if has_control(n) or any(ch in n for ch in "`{}")]
     if odd:
-        raise refuse("--target", f"column name(s) {odd[:5]!r} hold a control character or a "
-                     "backquote, which a drafted plan cannot show safely", "rename the "
-                     "columns, or write the plan from templates/backfill-plan.yaml")
+        raise refuse("--target", f"column or field name(s) {odd[:5]!r} hold a control "
+                     "character, a backquote or a brace, which a drafted plan cannot show "
+                     "safely", "rename the columns, or write the plan from "
+                     "templates/backfill-plan.yaml")
     layout = _detail(spark, tref, tcols)
     col, ptype = window_column(layout, tcols)
     if not IDENTIFIER_RE.fullmatch(col):
@@ -271,9 +294,10 @@ def infer_draft(spark: SparkSession, req: DraftRequest) -> Draft:
                      "has rows, or write the plan from templates/backfill-plan.yaml")
     win = tdf.filter(pred)
     label = _label(tref.display)
-    keys, evidence, untried = _find_key(win, col, plain, label)
+    keys, evidence, untried = _find_key(win, col, plain, label,
+                                        [c.name for c in tcols if c not in plain])
     rows, nulls, nans = _profile(win, plain)
-    sql, fn, notes = _transform(req, tcols, scols)
+    sql, fn, notes = _transform(req, tcols, scols, _reordered(tdf.schema, sdf.schema))
     contract = [c for c in plain if re.fullmatch(_CONTRACT_TYPE, c.type)]
     return Draft(
         name=req.name or f"backfill-{label.replace('_', '-')}-{req.start:%Y-%m-%d}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -146,6 +147,10 @@ def test_a_view_or_another_format_is_named_as_such_with_its_fix(spark, base, tmp
     spark.sql("CREATE OR REPLACE VIEW sg_live_kinds.src_view AS SELECT * FROM sg_live_kinds.src")
     spark.sql("CREATE OR REPLACE TEMP VIEW sg_live_temp AS SELECT * FROM sg_live_kinds.src")
     spark.range(3).write.format("parquet").saveAsTable("sg_live_kinds.flat")
+    gone = tmp_path / "gone"
+    spark.range(3).write.format("delta").save(str(gone))
+    spark.sql(f"CREATE TABLE sg_live_kinds.gone USING DELTA LOCATION '{gone}'")
+    shutil.rmtree(gone / "_delta_log")
     try:
         for view in ("sg_live_kinds.src_view", "sg_live_temp"):
             (f,) = [f for f in live_findings(spark, _plan(base, _set(
@@ -156,11 +161,16 @@ def test_a_view_or_another_format_is_named_as_such_with_its_fix(spark, base, tmp
             assert f.fix.startswith("name the Delta table the view reads")
         (f,) = [f for f in live_findings(spark, _plan(base, _target(
             "dataset", "sg_live_kinds.flat"))) if f.code == "target_missing"]
-        assert f.message == "target 'sg_live_kinds.flat' is a table in another format, not Delta"
+        assert f.message == "target 'sg_live_kinds.flat' is a parquet table, not Delta"
         assert "CONVERT TO DELTA" in f.fix
         (f,) = [f for f in live_findings(spark, _plan(base, _target(
             "dataset", "sg_live_kinds.nope"))) if f.code == "target_missing"]
         assert f.message == "target 'sg_live_kinds.nope' is not in the catalog"
+        assert f.fix == "create it before backfilling, or check the name or path"
+        (f,) = [f for f in live_findings(spark, _plan(base, _target(
+            "dataset", "sg_live_kinds.gone"))) if f.code == "target_missing"]
+        assert f.message == ("target 'sg_live_kinds.gone' is registered as a Delta table but "
+                             "its transaction log (_delta_log) cannot be found"), f.message
     finally:
         spark.sql("DROP VIEW IF EXISTS sg_live_temp")
         spark.sql("DROP SCHEMA IF EXISTS sg_live_kinds CASCADE")

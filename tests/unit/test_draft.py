@@ -148,6 +148,14 @@ def test_identity_transform_backquotes_names_with_a_dot_a_hyphen_or_a_space():
     assert t.unfilled == ["line-ref"]
 
 
+def test_identity_transform_leaves_a_hole_for_a_struct_whose_fields_moved():
+    target = [Column("k", "bigint"), Column("geo", "struct<lat:double,lon:double>")]
+    source = [Column("k", "bigint"), Column("geo", "struct<lon:double,lat:double>")]
+    t = identity_transform(target, source, reordered={"geo"})
+    assert t.sql.startswith("SELECT k, {fill:geo} AS geo\n") and t.unfilled == ["geo"]
+    assert t.casts == []
+
+
 def test_measures_skip_keys_ids_and_window_and_mark_nan_columns():
     ms = measures(COLS, [c for c in COLS if c.name != "qty"], ["order_id"], "order_date",
                   "orders", nan_columns=["price"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
-from sparkguard.spark_types import field_names, sql_type
+from sparkguard.spark_types import field_names, same_field_names, sql_type
 
 ADDR = T.StructType([T.StructField("zip code", T.StringType()),
                      T.StructField("City", T.StringType()),
@@ -29,3 +29,18 @@ def test_field_names_walks_arrays_maps_and_structs() -> None:
     assert list(field_names(dtype)) == ["id", "lines", "zip code", "City", "geo.lat", "tags",
                                         "w x"]
     assert list(field_names(T.LongType())) == []
+
+
+def _struct(*names: str) -> T.StructType:
+    return T.StructType([T.StructField(n, T.DoubleType()) for n in names])
+
+
+def test_same_field_names_is_what_a_positional_struct_cast_keeps() -> None:
+    assert same_field_names(_struct("lat", "lon"), _struct("LAT", "Lon"))
+    assert not same_field_names(_struct("lon", "lat"), _struct("lat", "lon"))
+    assert not same_field_names(_struct("lat"), _struct("lat", "lon"))
+    assert same_field_names(T.ArrayType(_struct("a")), T.ArrayType(_struct("a")))
+    assert not same_field_names(T.MapType(T.StringType(), _struct("a", "b")),
+                                T.MapType(T.StringType(), _struct("b", "a")))
+    assert same_field_names(T.IntegerType(), T.LongType())
+    assert not same_field_names(T.StringType(), _struct("a"))
