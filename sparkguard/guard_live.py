@@ -213,10 +213,10 @@ class _Live:
         ref = TableRef.parse(t.dataset)
         path = f"targets[{i}]"
         if not delta_ops.table_exists(self.spark, ref):
-            what, fix = delta_ops.not_delta(self.spark, ref)
-            self.add("target_missing", f"{path}.dataset", f"target {ref.display!r} {what}",
-                     fix if "not in the catalog" not in what and ref.name is not None
-                     else "create it before backfilling, or check the name or path")
+            what, fix = delta_ops.not_delta(
+                self.spark, ref, absent_fix="create it before backfilling, or check the name or "
+                "path")
+            self.add("target_missing", f"{path}.dataset", f"target {ref.display!r} {what}", fix)
             return
         df = self._read(ref, f"{path}.dataset", "target")
         if df is None:

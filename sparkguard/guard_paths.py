@@ -61,8 +61,6 @@ def _overlaps(a: str, b: str) -> bool:
     return ppa == ppb or ppa in ppb.parents or ppb in ppa.parents
 
 
-
-
 def target_rules(plan: BackfillPlan, c: Collector) -> None:
     """The targets: complete, distinct, apart from the source and the shadow, under the
     allowed roots, with known placeholders and acyclic dependencies."""

@@ -352,11 +352,9 @@ _QUOTED_OR_COMMENT = ("'", '"', "`", "--", "/*")
 def placeholders(sql: str) -> list[str]:
     """The names of the ``{name}`` placeholders in a transform's SQL, outside string literals,
     backquoted names and comments: a regex's ``{2}`` or a JSON literal's braces are SQL."""
-    code = list(sql)
-    for m in _SQL_TOKEN.finditer(sql):
-        if m.group().startswith(_QUOTED_OR_COMMENT):
-            code[m.start():m.end()] = " " * (m.end() - m.start())
-    return _PLACEHOLDER.findall("".join(code))
+    code = _SQL_TOKEN.sub(lambda m: " " * len(m.group())
+                          if m.group().startswith(_QUOTED_OR_COMMENT) else m.group(), sql)
+    return _PLACEHOLDER.findall(code)
 
 
 def column_named(expr: str) -> str | None:

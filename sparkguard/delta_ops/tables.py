@@ -45,33 +45,31 @@ def table_exists(spark: SparkSession, ref: TableRef) -> bool:
     return True
 
 
-def not_delta(spark: SparkSession, ref: TableRef) -> tuple[str, str]:
+def not_delta(spark: SparkSession, ref: TableRef, absent_fix: str | None = None
+              ) -> tuple[str, str]:
     """(what ``ref`` is instead, the fix) for a dataset ``table_exists`` found not to be a Delta
-    table: a view, a table in another format, or nothing at all."""
+    table: a view, a table in another format, or nothing at all (fixed by ``absent_fix`` when
+    given)."""
     if ref.name is None:
-        return "is not a Delta table (no _delta_log at that path)", "check the path"
-    gone = ("is registered as a Delta table but its transaction log (_delta_log) cannot be "
-            "found", "check the table's location and that its _delta_log folder exists")
+        return "is not a Delta table (no _delta_log at that path)", absent_fix or "check the path"
     try:
         if not spark.catalog.tableExists(ref.name):
-            return "is not in the catalog", "check the name (catalog.schema.table) or give the path"
+            return "is not in the catalog", absent_fix or (
+                "check the name (catalog.schema.table) or give the path")
         kind = str(spark.catalog.getTable(ref.name).tableType or "").upper()
-    except Exception as exc:  # the generic answer: the caller's finding still names the dataset
-        return gone if error_condition(exc) in _LOG_GONE else (
-            "is not a Delta table", "check the name or path")
-    if "VIEW" in kind or kind == "TEMPORARY":
-        return ("is a view, not a Delta table: a run reads its source at one pinned Delta version "
-                "and promotes into one Delta table", "name the Delta table the view reads and "
-                "put the view's logic in the transform SQL")
-    try:
+        if "VIEW" in kind or kind == "TEMPORARY":
+            return ("is a view, not a Delta table: a run reads its source at one pinned Delta "
+                    "version and promotes into one Delta table", "name the Delta table the view "
+                    "reads and put the view's logic in the transform SQL")
         row = detail(spark, ref).select("format").first()
         fmt = str(row["format"] if row is not None else "").lower()
-    except Exception as exc:  # DESCRIBE DETAIL refused
-        if error_condition(exc) in _LOG_GONE:
-            return gone
-        return "is not a Delta table", "check the name or path"
-    if fmt == "delta":  # the catalog says Delta, but its log is gone or unreadable
-        return gone
+    except Exception as exc:  # the generic answer: the caller's finding still names the dataset
+        if error_condition(exc) not in _LOG_GONE:
+            return "is not a Delta table", "check the name or path"
+        fmt = "delta"
+    if fmt == "delta":  # the catalog says Delta, but its folder or log is gone
+        return ("is registered as a Delta table but its transaction log (_delta_log) cannot be "
+                "found", "check the table's location and that its _delta_log folder exists")
     return (f"is a {fmt or 'non-Delta'} table, not Delta", "convert it (CONVERT TO DELTA) or "
             "name a Delta table")
 
