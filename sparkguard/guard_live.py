@@ -35,7 +35,7 @@ from sparkguard.plan.model import (
     WindowType,
 )
 from sparkguard.plan.window_spec import range_window
-from sparkguard.sql import PartitionType, TableRef, query_only, window_predicate
+from sparkguard.sql import RESERVED_PREFIX, PartitionType, TableRef, query_only, window_predicate
 
 __all__ = ["LIVE_RULES", "live_check", "live_findings", "retention_days"]
 
@@ -53,6 +53,8 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
                            "spelt differently)"),
     "source_is_target_table": (Severity.BLOCK, "the source of truth and a target are one table "
                                "(same storage location, spelt differently)"),
+    "target_reserved_column": (Severity.BLOCK, "a target column's name starts with __sg_, the "
+                               "prefix of sparkguard's own working columns"),
     "target_not_partitioned": (Severity.WARN, "the target is not partitioned by the column"),
     "window_not_in_source": (Severity.BLOCK, "a window partition has no rows in the source"),
     "transform_invalid": (Severity.BLOCK, "the transform does not analyse against the source"),
@@ -222,6 +224,14 @@ class _Live:
         if df is None:
             return
         names = set(df.columns)
+        reserved = [c for c in df.columns if c.lower().startswith(RESERVED_PREFIX)]
+        if reserved:
+            self.add("target_reserved_column", f"{path}.dataset",
+                     f"target {ref.display!r} has column(s) {reserved} named with the prefix "
+                     f"{RESERVED_PREFIX!r} of sparkguard's own working columns: the "
+                     "reconciliation and the check after promotion would read them in place of "
+                     "their own", "rename those columns (ALTER TABLE ... RENAME COLUMN, with "
+                     "column mapping on) before backfilling")
         part_ok = self._partition_column_ok(df, f"target {ref.display!r}", f"{path}.dataset")
         for j, k in enumerate(t.business_keys):
             if k not in names:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 __all__ = [
     "CHANGE_OP",
     "IDENTIFIER_RE",
+    "RESERVED_PREFIX",
     "PartitionType",
     "TableRef",
     "UnsafeSQLError",
@@ -43,6 +44,9 @@ __all__ = [
     "window_predicate",
 ]
 
+# sparkguard's own working columns (``__sg_side``, ``__sg_op``, ...) start with this; a target
+# column with the prefix, in any case, is refused by the guard (``target_reserved_column``)
+RESERVED_PREFIX = "__sg_"
 IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 _PATH_FORBIDDEN = re.compile(r"[`'\"\\;\x00-\x1f\x7f]")

@@ -17,12 +17,13 @@ from pyspark.errors import ParseException
 from pyspark.sql import functions as F
 
 from sparkguard.cli import main
+from sparkguard.demo import TRANSFORM_SQL
 from sparkguard.guard import Severity, blocking, static_findings
 from sparkguard.guard_live import LIVE_RULES, live_findings, retention_days
 from sparkguard.plan import load_plan_text
 from sparkguard.plan.model import Transform
 from sparkguard.run import data as run_data
-from tests.lakes import WINDOW, copy_lake, newer_protocol, write_plan
+from tests.lakes import WINDOW, copy_lake, newer_protocol, set_transform, write_plan
 
 pytestmark = pytest.mark.spark
 
@@ -332,6 +333,35 @@ def test_an_append_only_target_blocks_before_anything_is_written(spark, base, tm
     assert not [f for f in live_findings(spark, _plan(base)) if f.code == "target_append_only"]
 
 
+def test_a_target_column_named_like_sparkguards_own_is_refused_before_anything_is_written(
+        spark, base_lake, tmp_path, capsys):
+    """A target column ``__SG_Side`` (the prefix in any case) would be read in place of the
+    reconciliation's own side column: once, such a run promoted, failed its own check after
+    the commit and restored the target (exit 3). The guard refuses it (exit 2), nothing
+    written; a source column with the prefix is never part of sparkguard's frames."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    target = str(root / "target" / "orders_clean")
+    (spark.read.format("delta").load(target).withColumn("__SG_Side", F.lit(1)).write
+     .format("delta").mode("overwrite").option("overwriteSchema", "true")
+     .partitionBy("order_date").save(target))
+    source = str(root / "source" / "orders")
+    (spark.read.format("delta").load(source).withColumn("__sg_side", F.lit(1)).write
+     .format("delta").mode("overwrite").option("overwriteSchema", "true")
+     .partitionBy("order_date").save(source))
+    before = _state(spark, target)
+    found = [f for f in live_findings(spark, _plan(root)) if f.severity is Severity.BLOCK]
+    assert [(f.code, f.path) for f in found] == [
+        ("target_reserved_column", "backfill_plan.targets[0].dataset")]
+    assert "['__SG_Side']" in found[0].message and "RENAME COLUMN" in found[0].fix
+    plan = write_plan(root, mutate=set_transform(TRANSFORM_SQL.replace(
+        "AS line_total", "AS line_total, 2 AS __SG_Side")))
+    assert main(["run", "--plan", str(plan), "--home", str(root / "_sg")]) == 2
+    err = capsys.readouterr().err
+    assert "backfill_plan.targets[0].dataset" in err and "__SG_Side" in err
+    assert _state(spark, target) == before
+    assert not (root / "_sg").exists() and not (root / "_sparkguard").exists()
+
+
 def test_a_target_this_delta_cannot_write_blocks_before_anything_is_written(spark, base, tmp_path):
     """A table another writer (a newer Delta, another runtime) gave a writer feature this
     client's Delta does not know: Delta reads it, but refuses every write at commit, so the
@@ -433,7 +463,7 @@ def test_live_rules_have_tests():
     # odd values when the property is set, so a live table cannot easily hold one)
     tested = {"source_missing", "target_missing", "partition_column_missing",
               "partition_type_mismatch", "column_missing", "target_not_partitioned",
-              "targets_same_table", "source_is_target_table",
+              "targets_same_table", "source_is_target_table", "target_reserved_column",
               "window_not_in_source", "transform_invalid", "metric_expr_invalid",
               "retention_too_short", "blast_radius", "retention_unreadable",
               "target_append_only", "target_not_writable", "table_unreadable",
