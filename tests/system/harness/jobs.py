@@ -7,7 +7,7 @@ import contextlib
 import os
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -48,10 +48,25 @@ def submit_env(fault: str | None = None) -> dict[str, str]:
     return env
 
 
+# Hadoop's local file system without its checksum sidecars (``.NAME.crc``), for JVMs started at
+# the same moment that commit to the same tables. On a local disk, Delta's commit (a check that
+# the version's file is absent, then a rename, which replaces) is exclusive only within one JVM:
+# two processes can both commit one version, the second replacing the first (sparkguard reads the
+# lock table's history after its lock commit, so the run whose commit was replaced stops). The
+# sidecar of that file is renamed separately and can then be the other process's: every later
+# read of that commit fails with a ChecksumException. Cloud stores and HDFS have neither problem.
+NO_CHECKSUM_FILES = {
+    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs"}
+
+
 def start_submit(job: str, args: Sequence[str], log: Path, fault: str | None = None,
-                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], list[str]]:
-    """Start ``spark-submit jobs/<job> args`` with output to ``log``; returns (process, argv)."""
-    argv = ["spark-submit", str(ROOT / "jobs" / job), *args]
+                 env: dict[str, str] | None = None, conf: Mapping[str, str] | None = None
+                 ) -> tuple[subprocess.Popen[bytes], list[str]]:
+    """Start ``spark-submit [--conf k=v ...] jobs/<job> args`` with output to ``log``; returns
+    (process, argv)."""
+    confs = [a for k, v in (conf or {}).items() for a in ("--conf", f"{k}={v}")]
+    argv = ["spark-submit", *confs, str(ROOT / "jobs" / job), *args]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env or submit_env(fault), stdout=fh,

@@ -30,7 +30,14 @@ from tests.system.harness.checks import (
     check_ledger,
     check_table,
 )
-from tests.system.harness.jobs import Proc, _backfill, _cli_in_process, _rollback, start_submit
+from tests.system.harness.jobs import (
+    NO_CHECKSUM_FILES,
+    Proc,
+    _backfill,
+    _cli_in_process,
+    _rollback,
+    start_submit,
+)
 from tests.system.harness.lakes import BACKFILL_FAILPOINTS, COLUMNS, KILLED, SUBMIT_TIMEOUT_S, Lake, Row
 
 # -- crash scenarios --------------------------------------------------------------------------
@@ -280,7 +287,8 @@ def two_runs_at_once(spark: SparkSession, lake: Lake, exp: Expected,
     """
     t0 = time.monotonic()
     logs = [lake.root.parent / f"{lake.root.name}-twin{i}.log" for i in (1, 2)]
-    procs = [start_submit("backfill.py", ["--plan", str(lake.plan)], log)[0] for log in logs]
+    procs = [start_submit("backfill.py", ["--plan", str(lake.plan)], log,
+                          conf=NO_CHECKSUM_FILES)[0] for log in logs]
     writer = _OutsideWriter()
     if append_outside:
         writer.append_while(spark, lake, procs, pause_s)
