@@ -23,7 +23,7 @@ from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target, un
 from sparkguard.reconcile.verdicts import GateResult, ReconcileResult
 from sparkguard.run.context import RunContext, RunState, TargetState
 from sparkguard.run.labels import set_job_label
-from sparkguard.sql import query_only
+from sparkguard.sql import UnsafeSQLError, query_only, quote_column
 
 __all__ = ["TransformResultError", "as_shadow", "bucketed", "fingerprints", "job", "print_gates",
            "reconcile_part", "reference_df", "shadow_df", "source_df", "target_df", "target_rules",
@@ -32,6 +32,7 @@ __all__ = ["TransformResultError", "as_shadow", "bucketed", "fingerprints", "job
 # Spark's metadata key for a CHAR/VARCHAR column read as a string, and a CHAR's length
 _CHAR_KEY = "__CHAR_VARCHAR_TYPE_STRING"
 _CHAR = re.compile(r"char\((\d+)\)", re.IGNORECASE)
+_LIMITED = re.compile(r"(var)?char\((\d+)\)", re.IGNORECASE)
 
 
 class TransformResultError(SparkguardError):
@@ -213,10 +214,10 @@ def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
 
 def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame, target: DataFrame
                  ) -> tuple[tuple[tuple[str, str], ...], list[GateResult]]:
-    """The target's CHECK constraints and generated columns the shadow's rows are counted
-    against, and a failed gate for each whose expression does not resolve on the shadow. One
-    naming an identity column is left to Delta, which checks it at the write: the shadow has no
-    identity values to count it on (a passed gate says so)."""
+    """The target's CHECK constraints, generated columns and CHAR/VARCHAR lengths the shadow's
+    rows are counted against, and a failed gate for each whose expression does not resolve on
+    the shadow. One naming an identity column is left to Delta, which checks it at the write:
+    the shadow has no identity values to count it on (a passed gate says so)."""
     rules = target_rules(ctx, st)
     identity = rules.identity_columns
     nulls = {c: F.lit(None).cast(target.schema[c].dataType) for c in identity
@@ -224,7 +225,7 @@ def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame, target: Da
     with_identity = shadow.withColumns(nulls) if nulls else shadow
     ok: list[tuple[str, str]] = []
     noted: list[GateResult] = []
-    for gate, expr in rules.gates():
+    for gate, expr in (*rules.gates(), *_length_limits(target.schema)):
         problem = _unresolved(shadow, expr)
         if problem is None:
             ok.append((gate, expr))
@@ -239,6 +240,24 @@ def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame, target: Da
                 f"the target checks {expr} on every row written, which does not resolve on the "
                 f"recomputed rows: {problem}; output the columns it names")))
     return tuple(ok), noted
+
+
+def _length_limits(target: StructType) -> list[tuple[str, str]]:
+    """A gate per ``CHAR(n)`` or ``VARCHAR(n)`` column of the target: Delta refuses a longer
+    value at the promotion's commit, after the whole shadow was built (CHAR values are padded to
+    ``n`` before this counts them). A name SQL cannot spell is left to Delta."""
+    out = []
+    for f in target.fields:
+        m = _LIMITED.fullmatch(str(f.metadata.get(_CHAR_KEY, "")))
+        if m is None:
+            continue
+        try:
+            c = quote_column(f.name)
+        except UnsafeSQLError:
+            continue
+        kind = "varchar" if m.group(1) else "char"
+        out.append((f"{kind}_length[{f.name}]", f"{c} IS NULL OR length({c}) <= {m.group(2)}"))
+    return out
 
 
 def _unresolved(df: DataFrame, expr: str) -> str | None:

@@ -1,6 +1,7 @@
 """What the target's Delta table checks on every written row (CHECK constraints, generated
-columns) is a gate on the shadow, before any commit: a violating row fails reconciliation with
-its count, instead of Delta refusing the promotion at commit time (a runtime failure)."""
+columns, CHAR/VARCHAR lengths) is a gate on the shadow, before any commit: a violating row
+fails reconciliation with its count, instead of Delta refusing the promotion at commit time (a
+runtime failure)."""
 
 from __future__ import annotations
 
@@ -166,3 +167,35 @@ def test_an_omitted_generated_column_is_computed_only_when_truly_omitted(spark: 
     added = _with_generated(df.drop("ORDER_MONTH"), generated, types)
     assert added.columns == ["order_date", "order_month"]
     assert added.schema["order_month"].dataType == IntegerType() and added.first()[1] == 5
+
+
+@pytest.mark.parametrize(("column", "wrong", "right", "promotion"), [
+    ("code VARCHAR(3)", "'ABCD'", "'AB'", "merge_changed"),
+    ("code CHAR(2)", "'XYZ'", "'x'", "replace_where"),
+], ids=["varchar-merge_changed", "char-replace_where"])
+def test_a_value_longer_than_a_char_or_varchar_column_fails_its_gate_before_any_commit(
+        spark: Any, base_lake: Path, tmp_path: Path, column: str, wrong: str, right: str,
+        promotion: str) -> None:
+    """Delta refuses a value longer than a CHAR(n) or VARCHAR(n) column at the promotion's
+    commit (once a runtime failure, exit 3, after the whole shadow was built, reported as a
+    replaceWhere mismatch). The length is a gate on the shadow: each result counts exactly the
+    over-long rows of its partitions (a CHAR's shorter values, padded, pass), and the target
+    keeps its version."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = TableRef(path=str(root / "target" / "orders_clean"))
+    spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({column})")
+    before = _version(spark, ref)
+    sql = TRANSFORM_SQL.replace("AS line_total\n", f"AS line_total,\n       "
+                                f"IF({BROKEN}, {wrong}, {right}) AS code\n")
+    assert _run(write_plan(root, set_transform(sql), promotion=promotion), root) == (
+        EXIT_GATE_FAILED)
+    assert _version(spark, ref) == before
+    kind = column.split()[1].split("(")[0].lower()
+    results = _gate_results(root, f"{kind}_length[code]")
+    assert results and not all(g["passed"] for _p, g in results), results
+    source = TableRef(path=str(root / "source" / "orders"))
+    for parts, g in results:
+        n = spark.sql(f"SELECT count(*) FROM {source.sql} WHERE {BROKEN} AND order_date IN "
+                      f"({', '.join(f'DATE{p!r}' for p in parts)})").first()[0]
+        assert g["measured"] == n and g["passed"] == (n == 0), (parts, g)
+    assert all(g["passed"] for _p, g in _gate_results(root, "schema_matches_target"))
