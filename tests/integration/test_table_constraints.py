@@ -72,6 +72,19 @@ def _gate_results(root: Path, gate: str) -> list[tuple[list[str], dict[str, Any]
             for g in res["gates"] if g["gate"] == gate]
 
 
+def _counts_broken_rows(spark: Any, root: Path, gate: str) -> None:
+    """``gate`` failed, and each of its results counts exactly the source's broken rows of the
+    partitions it covered."""
+    results = _gate_results(root, gate)
+    assert results and not all(g["passed"] for _p, g in results), results
+    source = TableRef(path=str(root / "source" / "orders"))
+    for parts, g in results:
+        n = spark.sql(f"SELECT count(*) FROM {source.sql} WHERE {BROKEN} AND order_date IN "
+                      f"({', '.join(f'DATE{p!r}' for p in parts)})").first()[0]
+        assert g["measured"] == n and g["passed"] == (n == 0), (parts, g)
+        assert f"{n} row(s) of the shadow make" in g["reason"], g["reason"]
+
+
 def _version(spark: Any, ref: TableRef) -> int:
     return int(DeltaTable.forPath(spark, ref.path).history(1).first()["version"])
 
@@ -125,14 +138,7 @@ def test_a_row_the_target_would_refuse_fails_its_gate_before_any_commit(
     plan = write_plan(root, set_transform(_transform(**broken)), promotion=promotion)
     assert _run(plan, root) == EXIT_GATE_FAILED
     assert _version(spark, ref) == before
-    results = _gate_results(root, gate)
-    assert results and not all(g["passed"] for _p, g in results), results
-    source = TableRef(path=str(root / "source" / "orders"))
-    for parts, g in results:
-        n = spark.sql(f"SELECT count(*) FROM {source.sql} WHERE {BROKEN} AND order_date IN "
-                      f"({', '.join(f'DATE{p!r}' for p in parts)})").first()[0]
-        assert g["measured"] == n and g["passed"] == (n == 0), (parts, g)
-        assert f"{n} row(s) of the shadow make" in g["reason"], g["reason"]
+    _counts_broken_rows(spark, root, gate)
 
 
 def test_a_constraint_on_a_column_the_recomputation_lacks_fails_its_gate(
@@ -190,12 +196,5 @@ def test_a_value_longer_than_a_char_or_varchar_column_fails_its_gate_before_any_
     assert _run(write_plan(root, set_transform(sql), promotion=promotion), root) == (
         EXIT_GATE_FAILED)
     assert _version(spark, ref) == before
-    kind = column.split()[1].split("(")[0].lower()
-    results = _gate_results(root, f"{kind}_length[code]")
-    assert results and not all(g["passed"] for _p, g in results), results
-    source = TableRef(path=str(root / "source" / "orders"))
-    for parts, g in results:
-        n = spark.sql(f"SELECT count(*) FROM {source.sql} WHERE {BROKEN} AND order_date IN "
-                      f"({', '.join(f'DATE{p!r}' for p in parts)})").first()[0]
-        assert g["measured"] == n and g["passed"] == (n == 0), (parts, g)
+    _counts_broken_rows(spark, root, f"{column.split()[1].split('(')[0].lower()}_length[code]")
     assert all(g["passed"] for _p, g in _gate_results(root, "schema_matches_target"))
