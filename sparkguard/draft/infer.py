@@ -41,6 +41,7 @@ from sparkguard.plan.model import PlanValueError, TargetSpec, Transform
 from sparkguard.spark_types import field_names, same_field_names, sql_type
 from sparkguard.sql import (
     IDENTIFIER_RE,
+    RESERVED_PREFIX,
     PartitionType,
     TableRef,
     UnsafeSQLError,
@@ -259,6 +260,12 @@ def infer_draft(spark: SparkSession, req: DraftRequest) -> Draft:
                      "character, a backquote or a brace, which a drafted plan cannot show "
                      "safely", "rename the columns, or write the plan from "
                      "templates/backfill-plan.yaml")
+    reserved = [f.name for f in tdf.schema.fields if f.name.lower().startswith(RESERVED_PREFIX)]
+    if reserved:
+        raise refuse("--target", f"column(s) {reserved[:5]!r} start with {RESERVED_PREFIX!r}, "
+                     "the prefix of sparkguard's own working columns, which the guard refuses "
+                     "in a target", "rename those columns (ALTER TABLE ... RENAME COLUMN, with "
+                     "column mapping on)")
     layout = _detail(spark, tref, tcols)
     col, ptype = window_column(layout, tcols)
     if not IDENTIFIER_RE.fullmatch(col):

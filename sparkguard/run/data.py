@@ -225,7 +225,7 @@ def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame, target: Da
     with_identity = shadow.withColumns(nulls) if nulls else shadow
     ok: list[tuple[str, str]] = []
     noted: list[GateResult] = []
-    for gate, expr in (*rules.gates(), *_length_limits(target.schema)):
+    for gate, expr in (*rules.gates(), *_length_limits(target.schema, shadow.columns)):
         problem = _unresolved(shadow, expr)
         if problem is None:
             ok.append((gate, expr))
@@ -242,14 +242,17 @@ def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame, target: Da
     return tuple(ok), noted
 
 
-def _length_limits(target: StructType) -> list[tuple[str, str]]:
-    """A gate per ``CHAR(n)`` or ``VARCHAR(n)`` column of the target: Delta refuses a longer
-    value at the promotion's commit, after the whole shadow was built (CHAR values are padded to
-    ``n`` before this counts them). A name SQL cannot spell is left to Delta."""
+def _length_limits(target: StructType, shadow: Sequence[str]) -> list[tuple[str, str]]:
+    """A gate per top-level ``CHAR(n)`` or ``VARCHAR(n)`` column of the target that the shadow
+    holds (one it leaves out is written as null, which passes): Delta refuses a longer value at
+    the promotion's commit, after the whole shadow was built (CHAR values are padded to ``n``
+    before this counts them). A name SQL cannot spell is left to Delta, and so are lengths
+    inside structs, arrays and maps."""
+    held = {c.lower() for c in shadow}
     out = []
     for f in target.fields:
         m = _LIMITED.fullmatch(str(f.metadata.get(_CHAR_KEY, "")))
-        if m is None:
+        if m is None or f.name.lower() not in held:
             continue
         try:
             c = quote_column(f.name)
@@ -283,11 +286,14 @@ def fingerprints(a: DataFrame, b: DataFrame) -> tuple[dict[str, int], dict[str, 
     if cols != sorted(b.columns):
         return table_fingerprint(a), table_fingerprint(b)
     picked = [column(c) for c in cols]
-    both = (a.select(*picked).withColumn("__sg_side", F.lit(0))
-            .unionByName(b.select(*picked).withColumn("__sg_side", F.lit(1))))
+    taken = {c.lower() for c in cols}  # a table from before the guard refused such names
+    side = next(n for n in ("__sg_side" + "_" * i for i in range(len(cols) + 1))
+                if n not in taken)
+    both = (a.select(*picked).withColumn(side, F.lit(0))
+            .unionByName(b.select(*picked).withColumn(side, F.lit(1))))
     h = row_hash(both, cols)
-    rows = {r["__sg_side"]: r for r in both.select("__sg_side", h.alias("h"))
-            .groupBy("__sg_side").agg(
+    rows = {r[side]: r for r in both.select(side, h.alias("h"))
+            .groupBy(side).agg(
                 F.count(F.lit(1)).alias("rows"),
                 F.sum(F.col("h").bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
                 F.sum(F.shiftrightunsigned(F.col("h"), 32)).alias("hi")).collect()}

@@ -184,7 +184,7 @@ def test_int_day_partitions_and_a_window_in_another_time_zone(spark, tmp_path):
 def odd(spark, tmp_path_factory) -> Path:
     """Tables plan init must refuse: every row twice, unpartitioned with a timestamp,
     clustered, partitioned by a column whose name holds a dot, a struct field named with a tab
-    (column mapping)."""
+    (column mapping), a column named with sparkguard's working-column prefix."""
     root = tmp_path_factory.mktemp("odd")
     base = spark.range(20).select(F.lit(dt.date(2026, 5, 12)).alias("d"), F.col("id"),
                                   (F.col("id") % 3).alias("g"),
@@ -200,6 +200,8 @@ def odd(spark, tmp_path_factory) -> Path:
      .partitionBy("d").option("delta.columnMapping.mode", "name")
      .option("delta.minReaderVersion", "2").option("delta.minWriterVersion", "5")
      .save(str(root / "tabbed")))
+    base.withColumn("__SG_N", F.lit(1)).write.format("delta").partitionBy("d").save(
+        str(root / "reserved"))
     return root
 
 
@@ -214,6 +216,7 @@ def odd(spark, tmp_path_factory) -> Path:
                      "name the Delta table the view reads"]),
     ("nested_control", ["--target: column or field name(s) ['a\\tb'] hold a control"]),
     ("dotted_window", ["--target: the window column 'event.day' is not a plain name"]),
+    ("reserved", ["--target: column(s) ['__SG_N'] start with '__sg_'", "RENAME COLUMN"]),
     ("hostile_path", ["--target: path", "contains a quote, backquote"]),
     ("hostile_name", ["--source: ", "is not a plain name"]),
     ("source_is_target", ["--source: the source is the target"]),
@@ -226,9 +229,9 @@ def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(
         tgt = odd / "nope"
     elif case == "empty_window":
         start, end = "2030-01-01", "2030-01-03"
-    elif case in ("unpartitioned", "clustered", "dotted_window", "nested_control"):
+    elif case in ("unpartitioned", "clustered", "dotted_window", "nested_control", "reserved"):
         tgt = odd / {"unpartitioned": "flat", "clustered": "clustered",
-                     "nested_control": "tabbed"}.get(case, "dotted")
+                     "nested_control": "tabbed", "reserved": "reserved"}.get(case, "dotted")
     elif case == "hostile_path":
         tgt = Path(f"{odd}/dups`; DROP TABLE x")
     elif case == "no_key":
@@ -239,7 +242,8 @@ def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(
     if case == "exists":
         out.write_text("mine\n")
     files = _files(odd)
-    tables = [odd / t for t in ("src", "dups", "flat", "clustered", "dotted", "tabbed")]
+    tables = [odd / t for t in ("src", "dups", "flat", "clustered", "dotted", "tabbed",
+                                "reserved")]
     versions = _versions(spark, *tables)
     argv_src: Any = "orders; DROP TABLE x" if case == "hostile_name" else src
     if case == "view_source":

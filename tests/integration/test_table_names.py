@@ -17,6 +17,7 @@ from sparkguard.cli import main
 from sparkguard.demo import TRANSFORM_SQL
 from sparkguard.errors import EXIT_OK
 from sparkguard.ledger import Ledger
+from sparkguard.run.data import fingerprints
 from tests.lakes import WINDOW, copy_lake, set_transform, write_plan
 
 pytestmark = pytest.mark.spark
@@ -137,3 +138,17 @@ def test_column_names_with_a_dot_a_hyphen_and_a_nested_space(spark: Any, base_la
     assert _after_run(spark, root, "rollback") == EXIT_OK
     assert _rows(spark.read.format("delta").load(str(path))) == before
     assert _after_run(spark, root, "verify") == EXIT_OK
+
+
+def test_fingerprints_of_frames_holding_columns_named_like_sparkguards_own(spark: Any) -> None:
+    """A target from before the guard refused the prefix: its rollback still verifies with these
+    hashes. Equal frames holding ``__SG_SIDE`` and ``__sg_side_`` hash equal (the side column
+    once replaced the user's, so equal content never matched), and a change in either column
+    is seen."""
+    schema = "id int, __SG_SIDE string, __sg_side_ int"
+    a = spark.createDataFrame([(1, "x", 0), (2, "y", 0)], schema)
+    same = spark.createDataFrame([(2, "y", 0), (1, "x", 0)], schema)
+    ha, hs = fingerprints(a, same)
+    assert ha == hs and ha["rows"] == 2
+    for other in ([(1, "x", 0), (2, "z", 0)], [(1, "x", 0), (2, "y", 1)]):
+        assert fingerprints(a, spark.createDataFrame(other, schema))[1] != ha
