@@ -185,9 +185,32 @@ def _norm_type(t: str) -> str:
     return t.replace(" ", "").lower()
 
 
+def _columns_match(shadow: Sequence[ColumnInfo], target: Sequence[ColumnInfo],
+                   identity: set[str]) -> GateResult:
+    """With ``match_target_schema: false``, the names alone (case-insensitive, as Delta's
+    writes resolve them): a promotion writes no column the target lacks, and a column the
+    shadow lacks would leave the window's values null or stale, which the check after the
+    promotion refuses. Either way the run would fail after its commit; this fails it first."""
+    have = {c.name.lower() for c in shadow}
+    wanted = {c.name.lower() for c in target}
+    problems = [f"column {c.name!r} missing from the recomputed rows" for c in target
+                if c.name.lower() not in have and c.name.lower() not in identity]
+    problems += [f"column {c.name!r} not in the target" for c in shadow
+                 if c.name.lower() not in wanted and c.name.lower() not in identity]
+    return GateResult(
+        gate="columns_match_target", check_type="schema_contract", passed=not problems,
+        measured=len(problems), threshold=0,
+        reason=("; ".join(problems) + " (match_target_schema is off, so types may differ, but "
+                "the promotion writes and checks the target's columns by name)" if problems
+                else "the shadow has the target's columns (types not compared: "
+                "match_target_schema is off)"),
+        details={"differences": problems})
+
+
 def schema_contract_gates(shadow: Sequence[ColumnInfo], target: Sequence[ColumnInfo] | None,
                           contract: Contract, identity: Sequence[str] = ()) -> list[GateResult]:
-    """Schema gates: the shadow against the target's schema and against the explicit contract.
+    """Schema gates: the shadow against the target's schema (with ``match_target_schema: false``
+    its column names only) and against the explicit contract.
 
     Nullability: a non-nullable target column must not become nullable in the shadow *data*;
     that is checked by the not-null gate on values, so here a nullable flag alone only fails
@@ -227,6 +250,8 @@ def schema_contract_gates(shadow: Sequence[ColumnInfo], target: Sequence[ColumnI
                     + (f" but for its identity column(s) {', '.join(identity)}, which the "
                        "target fills" if identity else "")),
             details={"differences": problems}))
+    if target is not None and not contract.match_target_schema:
+        gates.append(_columns_match(shadow, target, lowered))
     if contract.columns:
         problems = []
         for cc in contract.columns:

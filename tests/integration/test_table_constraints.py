@@ -198,3 +198,23 @@ def test_a_value_longer_than_a_char_or_varchar_column_fails_its_gate_before_any_
     assert _version(spark, ref) == before
     _counts_broken_rows(spark, root, f"{column.split()[1].split('(')[0].lower()}_length[code]")
     assert all(g["passed"] for _p, g in _gate_results(root, "schema_matches_target"))
+
+
+def test_a_varchar_column_the_recomputation_leaves_out_fails_the_column_gate_not_its_length(
+        spark: Any, base_lake: Path, tmp_path: Path) -> None:
+    """With ``match_target_schema: false``, a VARCHAR column the transform does not output: the
+    promotion would null it in the window and the check after the commit would restore the
+    target. The column gate fails first, naming it, before any commit; its length gets no gate
+    (one that failed as unresolved would point at the wrong cause)."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = TableRef(path=str(root / "target" / "orders_clean"))
+    spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS (code VARCHAR(3))")
+    before = _version(spark, ref)
+
+    def mutate(plan: dict[str, Any]) -> None:
+        plan["targets"][0]["contract"]["match_target_schema"] = False
+    assert _run(write_plan(root, mutate), root) == EXIT_GATE_FAILED
+    assert _version(spark, ref) == before
+    assert not _gate_results(root, "varchar_length[code]")
+    ((_parts, g),) = _gate_results(root, "columns_match_target")
+    assert not g["passed"] and "'code' missing from the recomputed rows" in g["reason"], g

@@ -367,6 +367,26 @@ def test_schema_contract_against_target_and_declared_contract() -> None:
     assert schema_contract_gates(shadow, None, Contract(match_target_schema=True)) == []
 
 
+def test_without_match_target_schema_the_column_names_still_must_match() -> None:
+    """A promotion cannot write a column the target lacks, and one the shadow lacks fails the
+    check after the commit: names are compared (case-insensitively, identity columns left to
+    the target), types are not."""
+    target = [ColumnInfo("id", "bigint", True), ColumnInfo("sk", "bigint", True),
+              ColumnInfo("note", "string", True), ColumnInfo("Amount", "decimal(10,2)", True)]
+    off = Contract(match_target_schema=False)
+    retyped = [ColumnInfo("ID", "int", True), ColumnInfo("note", "string", True),
+               ColumnInfo("amount", "double", True)]
+    (ok,) = schema_contract_gates(retyped, target, off, identity=["SK"])
+    assert ok.gate == "columns_match_target" and ok.passed, ok
+    (bad,) = schema_contract_gates([ColumnInfo("id", "bigint", True),
+                                    ColumnInfo("extra", "int", True)], target, off, ["sk"])
+    assert not bad.passed and bad.measured == 3
+    assert bad.details["differences"] == ["column 'note' missing from the recomputed rows",
+                                          "column 'Amount' missing from the recomputed rows",
+                                          "column 'extra' not in the target"]
+    assert "match_target_schema is off" in bad.reason
+
+
 def test_spec_for_target_reads_the_plan_checks() -> None:
     plan = load_plan_text(plan_yaml(valid_plan()))
     target = plan.targets[0]
