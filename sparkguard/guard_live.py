@@ -35,7 +35,14 @@ from sparkguard.plan.model import (
     WindowType,
 )
 from sparkguard.plan.window_spec import range_window
-from sparkguard.sql import RESERVED_PREFIX, PartitionType, TableRef, query_only, window_predicate
+from sparkguard.sql import (
+    RESERVED_PREFIX,
+    PartitionType,
+    TableRef,
+    query_only,
+    reserved_names,
+    window_predicate,
+)
 
 __all__ = ["LIVE_RULES", "live_check", "live_findings", "retention_days"]
 
@@ -224,7 +231,7 @@ class _Live:
         if df is None:
             return
         names = set(df.columns)
-        reserved = [c for c in df.columns if c.lower().startswith(RESERVED_PREFIX)]
+        reserved = reserved_names(df.columns)
         if reserved:
             self.add("target_reserved_column", f"{path}.dataset",
                      f"target {ref.display!r} has column(s) {reserved} named with the prefix "

@@ -40,6 +40,7 @@ __all__ = [
     "quote_column",
     "quote_identifier",
     "render_literal",
+    "reserved_names",
     "restore_statement",
     "window_predicate",
 ]
@@ -70,6 +71,11 @@ def has_control(text: str, allow: str = "") -> bool:
     """True when ``text`` has a control, format (bidi override, zero-width) or line/paragraph
     separator character not in ``allow``: they make printed text lie about what it holds."""
     return any(unicodedata.category(c) in _CONTROL_CATEGORIES and c not in allow for c in text)
+
+
+def reserved_names(names: Iterable[str]) -> list[str]:
+    """The ``names`` that start with :data:`RESERVED_PREFIX`, in any case."""
+    return [n for n in names if n.lower().startswith(RESERVED_PREFIX)]
 
 
 class UnsafeSQLError(ValueError):

@@ -46,6 +46,7 @@ from sparkguard.sql import (
     TableRef,
     UnsafeSQLError,
     has_control,
+    reserved_names,
     window_predicate,
 )
 
@@ -260,7 +261,7 @@ def infer_draft(spark: SparkSession, req: DraftRequest) -> Draft:
                      "character, a backquote or a brace, which a drafted plan cannot show "
                      "safely", "rename the columns, or write the plan from "
                      "templates/backfill-plan.yaml")
-    reserved = [f.name for f in tdf.schema.fields if f.name.lower().startswith(RESERVED_PREFIX)]
+    reserved = reserved_names(tdf.columns)
     if reserved:
         raise refuse("--target", f"column(s) {reserved[:5]!r} start with {RESERVED_PREFIX!r}, "
                      "the prefix of sparkguard's own working columns, which the guard refuses "

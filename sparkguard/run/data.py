@@ -31,8 +31,7 @@ __all__ = ["TransformResultError", "as_shadow", "bucketed", "fingerprints", "job
 
 # Spark's metadata key for a CHAR/VARCHAR column read as a string, and a CHAR's length
 _CHAR_KEY = "__CHAR_VARCHAR_TYPE_STRING"
-_CHAR = re.compile(r"char\((\d+)\)", re.IGNORECASE)
-_LIMITED = re.compile(r"(var)?char\((\d+)\)", re.IGNORECASE)
+_LIMITED = re.compile(r"(var)?char\((\d+)\)", re.IGNORECASE)  # group 1 set for a VARCHAR
 
 
 class TransformResultError(SparkguardError):
@@ -115,8 +114,8 @@ def target_rules(ctx: RunContext, st: TargetState) -> delta_ops.WriteChecks:
 
 def _char_lengths(target: StructType) -> dict[str, int]:
     """The target's ``CHAR(n)`` columns and their ``n``."""
-    return {f.name: int(m.group(1)) for f in target.fields
-            if (m := _CHAR.fullmatch(str(f.metadata.get(_CHAR_KEY, ""))))}
+    return {f.name: int(m.group(2)) for f in target.fields
+            if (m := _LIMITED.fullmatch(str(f.metadata.get(_CHAR_KEY, "")))) and not m.group(1)}
 
 
 def _char_padded(df: DataFrame, chars: dict[str, int]) -> DataFrame:
