@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from sparkguard.guard_findings import Collector
 from sparkguard.plan.model import BackfillPlan, TargetSpec
 from sparkguard.plan.window import target_order
-from sparkguard.sql import TableRef, UnsafeSQLError, placeholders
+from sparkguard.sql import TableRef, UnsafeSQLError, canonical_location, placeholders
 
 __all__ = ["allowed_roots", "outside_roots", "placeholder_rules", "target_rules"]
 
@@ -28,11 +28,12 @@ def allowed_roots() -> list[str]:
 
 
 def _norm(path: str) -> tuple[str, str]:
-    """(scheme+authority, normalised absolute path) for a local path or a URI."""
+    """(scheme+authority, normalised absolute path) for a local path or a URI (``s3a://`` as
+    ``s3://`` and the like: ``sql.canonical_location``)."""
     if path.startswith("dbfs:") and "://" not in path:
         path = "dbfs://" + path[len("dbfs:"):]
     if "://" in path:
-        parts = urlsplit(path)
+        parts = urlsplit(canonical_location(path))
         where = f"{parts.scheme.lower()}://{parts.netloc}"
         if parts.scheme.lower() == "file":
             where = ""

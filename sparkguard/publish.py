@@ -286,11 +286,12 @@ class PublishControl:
         after: dict[str, PublishStatus] = {}
         for t in targets:
             rows[(t, run_id)] = (t, run_id, False, now, run_id, actor, reason, where[t][0])
-            for h in before[t].holds:
-                if h["hold"] not in (MANUAL_HOLD, run_id):
+            for h in before[t].holds:  # its own hold too, when set under another name
+                if h["hold"] != MANUAL_HOLD:
                     rows.setdefault((h["target"], h["hold"]), (
                         h["target"], h["hold"], False, now, h.get("run_id"), actor,
-                        f"cleared by run {run_id}: {reason or ''}".strip(),
+                        reason if h["hold"] == run_id
+                        else f"cleared by run {run_id}: {reason or ''}".strip(),
                         h.get("location") or where[t][0]))
             manual = tuple(h for h in before[t].holds if h["hold"] == MANUAL_HOLD)
             after[t] = PublishStatus(t, bool(manual), manual, now)

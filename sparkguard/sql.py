@@ -24,6 +24,7 @@ __all__ = [
     "PartitionType",
     "TableRef",
     "UnsafeSQLError",
+    "canonical_location",
     "changed_condition",
     "check_expression",
     "column_named",
@@ -107,6 +108,31 @@ def quote_identifier(name: str) -> str:
     return ".".join(f"`{p}`" for p in parts)
 
 
+# URI schemes that reach the same storage: Hadoop's S3A and the older S3N connectors, Databricks'
+# and EMR's s3, address one S3 object; abfs (plain) and abfss, and wasb(s) through the account's
+# blob endpoint, one ADLS Gen2 path (its dfs endpoint).
+_SAME_STORAGE = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "abfss", "wasbs": "abfss"}
+_BLOB_ENDPOINT = re.compile(r"\.blob\.core\.", re.I)
+
+
+def canonical_location(location: str) -> str:
+    """One spelling for a storage location, so that one table has one key (its lock, its
+    publish state, the source-is-the-target check) whichever connector a plan or a catalog
+    addresses it through: the scheme in lower case (``s3a://`` and ``s3n://`` as ``s3://``;
+    ``abfs://``, ``wasb://`` and ``wasbs://`` as ``abfss://`` on the account's ``dfs``
+    endpoint), no trailing slash. Bucket, container and path are kept as written."""
+    text = location.rstrip("/")
+    scheme, sep, rest = text.partition("://")
+    if not sep or not scheme.isascii() or not scheme.isalnum():
+        return text
+    scheme = scheme.lower()
+    canon = _SAME_STORAGE.get(scheme, scheme)
+    if scheme.startswith("wasb"):
+        host, slash, path = rest.partition("/")
+        rest = _BLOB_ENDPOINT.sub(".dfs.core.", host) + slash + path
+    return f"{canon}://{rest}"
+
+
 @dataclass(frozen=True)
 class TableRef:
     """A Delta table named in the catalog or addressed by path."""
@@ -156,7 +182,7 @@ class TableRef:
         if parts.scheme in ("", "file"):
             local = parts.path if parts.scheme else self.path
             return "file:" + posixpath.normpath(posixpath.join(os.getcwd(), local))
-        return self.path.rstrip("/")
+        return canonical_location(self.path)
 
     def __str__(self) -> str:
         return self.display

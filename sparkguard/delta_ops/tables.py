@@ -11,7 +11,13 @@ from pyspark.sql import DataFrame, Row, SparkSession
 
 from sparkguard import compat
 from sparkguard.delta_ops.conflicts import error_condition, protocol_refusal
-from sparkguard.sql import TableRef, UnsafeSQLError, describe_detail_statement, quote_column
+from sparkguard.sql import (
+    TableRef,
+    UnsafeSQLError,
+    canonical_location,
+    describe_detail_statement,
+    quote_column,
+)
 
 _CONSTRAINT = "delta.constraints."  # a CHECK constraint's table property: name -> expression
 
@@ -179,8 +185,9 @@ def lock_key(spark: SparkSession, ref: TableRef) -> str:
 
 
 def location_key(location: object) -> str:
-    """A ``DESCRIBE DETAIL`` location as one table's key ("" when there is none)."""
-    return str(location or "").rstrip("/")
+    """A ``DESCRIBE DETAIL`` location as one table's key ("" when there is none; the scheme's
+    other spellings of one storage as one: ``sql.canonical_location``)."""
+    return canonical_location(str(location or ""))
 
 
 @dataclass(frozen=True)

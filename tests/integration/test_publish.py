@@ -116,6 +116,28 @@ def test_one_table_named_two_ways_has_one_publish_state(
         spark.sql(f"DROP TABLE IF EXISTS {name}")
 
 
+def test_one_storage_through_two_connectors_has_one_publish_state(
+        spark: Any, tmp_path: Path) -> None:
+    """A pause set under ``s3a://`` holds a downstream job asking under ``s3://`` (or
+    ``s3n://``, another case, a trailing slash), through Spark and delta-rs; the same for ADLS
+    through ``wasbs://``'s blob endpoint and ``abfss://``. Another table stays open."""
+    home = str(tmp_path / "_sg")
+    ctl = PublishControl(spark, home)
+    ctl.pause(["s3a://lake/orders", "wasbs://c@acct.blob.core.windows.net/sales"],
+              run_id="run-1", actor="alice", reason="backfill")
+    for spelled in ("s3://lake/orders", "s3n://lake/orders/", "S3A://lake/orders",
+                    "abfss://c@acct.dfs.core.windows.net/sales",
+                    "abfs://c@acct.dfs.core.windows.net/sales/"):
+        assert is_paused(spark, spelled, home), spelled
+        assert is_paused(home, spelled), spelled
+    for other in ("s3://lake/orders_v2", "s3://other/orders",
+                  "abfss://c@other.dfs.core.windows.net/sales"):
+        assert not is_paused(spark, other, home) and not is_paused(home, other), other
+    after = ctl.finish(["s3://lake/orders"], "run-1")  # the run's hold, under another scheme
+    assert not after["s3://lake/orders"].paused and not is_paused(home, "s3a://lake/orders")
+    assert is_paused(home, "wasbs://c@acct.blob.core.windows.net/sales")
+
+
 def test_cli_publish_status_pause_resume(spark: Any, lake: Path, capsys: Any) -> None:
     home = str(lake / "home")
     assert main(["publish", "pause", T1, "--reason", "reload", "--home", home]) == 0

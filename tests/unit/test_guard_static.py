@@ -186,6 +186,18 @@ CASES: list[tuple[str, Mutate, set[str]]] = [
     ("target_duplicated", lambda p: p["targets"].append(
         {**copy.deepcopy(p["targets"][0]), "name": "again",
          "dataset": "file:///lake/target/orders_clean"}), {"target_duplicated"}),
+    # one storage through another connector: s3a:// and s3n:// are s3://, wasbs:// on the blob
+    # endpoint and abfs:// are abfss:// on the dfs endpoint
+    ("source_is_target", _both(_set("source_of_truth.dataset", "s3a://lake/orders"),
+                               _set("targets.0.dataset", "S3://lake/orders/")),
+     {"source_is_target"}),
+    ("target_duplicated", _both(_set("targets.0.dataset", "s3://lake/clean"), lambda p: p[
+        "targets"].append({**copy.deepcopy(p["targets"][0]), "name": "again",
+                           "dataset": "s3n://lake/clean"})), {"target_duplicated"}),
+    ("no_shadow", _both(_set("targets.0.dataset", "abfss://c@acct.dfs.core.windows.net/clean"),
+                        _set("execution.shadow_location",
+                             "wasbs://c@acct.blob.core.windows.net/clean/_shadow")),
+     {"no_shadow"}),
     # a target's folder inside the source's (a VACUUM of one deletes the other's files)
     ("source_is_target", _set("source_of_truth.dataset", "/lake/target"), {"source_is_target"}),
     ("no_shadow", _set("execution.shadow_location", "/lake/target/orders_clean"), {"no_shadow"}),

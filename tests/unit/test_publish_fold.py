@@ -29,6 +29,15 @@ def _at(minutes: int) -> dt.datetime:
     ("./orders", "file:" + os.path.join(os.getcwd(), "orders")),
     ("s3://lake/orders/", "s3://lake/orders"),
     ("abfss://c@acct.dfs.core.windows.net/orders", "abfss://c@acct.dfs.core.windows.net/orders"),
+    # one storage through another connector: one location
+    ("s3a://lake/orders/", "s3://lake/orders"),
+    ("S3N://lake/orders", "s3://lake/orders"),
+    ("abfs://c@acct.dfs.core.windows.net/orders", "abfss://c@acct.dfs.core.windows.net/orders"),
+    ("wasbs://c@acct.blob.core.windows.net/orders", "abfss://c@acct.dfs.core.windows.net/orders"),
+    ("wasb://c@acct.BLOB.core.windows.net/o", "abfss://c@acct.dfs.core.windows.net/o"),
+    ("gs://lake/orders/", "gs://lake/orders"),
+    ("hdfs://nn:8020/lake/orders", "hdfs://nn:8020/lake/orders"),
+    ("dbfs:/mnt/lake/orders/", "dbfs:/mnt/lake/orders"),
     ("main.sales.orders", None),
 ])
 def test_a_path_names_its_location_a_catalog_name_does_not(spelled: str,
@@ -72,3 +81,19 @@ def test_delta_rs_rows_fold_to_the_same_state() -> None:
     out = fold_publish_statuses(latest, [LOC, "main.sales.orders"], {LOC: [LOC]})
     assert out[LOC].paused and [h["target"] for h in out[LOC].holds] == ["main.sales.orders"]
     assert out[LOC].last_change == out["main.sales.orders"].last_change == _at(3)
+
+
+@pytest.mark.parametrize(("described", "key"), [
+    ("file:/lake/orders", "file:/lake/orders"),
+    ("s3a://lake/orders/", "s3://lake/orders"),
+    ("s3://lake/orders", "s3://lake/orders"),
+    ("wasbs://c@acct.blob.core.windows.net/orders", "abfss://c@acct.dfs.core.windows.net/orders"),
+    (None, ""),
+])
+def test_a_table_is_locked_under_one_key_whichever_connector_describes_it(
+        described: str | None, key: str) -> None:
+    """The lock key (``delta_ops.lock_key``) is the described location in its one spelling: two
+    runs reaching one S3 table through ``s3a://`` and ``s3://`` take the same lock."""
+    from sparkguard.delta_ops import location_key
+
+    assert location_key(described) == key
