@@ -12,7 +12,13 @@ from urllib.parse import urlsplit
 from sparkguard.guard_findings import Collector
 from sparkguard.plan.model import BackfillPlan, TargetSpec
 from sparkguard.plan.window import target_order
-from sparkguard.sql import TableRef, UnsafeSQLError, canonical_location, placeholders
+from sparkguard.sql import (
+    TableRef,
+    UnsafeSQLError,
+    canonical_location,
+    placeholders,
+    table_name_parts,
+)
 
 __all__ = ["allowed_roots", "outside_roots", "placeholder_rules", "target_rules"]
 
@@ -117,15 +123,15 @@ def target_rules(plan: BackfillPlan, c: Collector) -> None:
 
 def _identity(dataset: str) -> object:
     """What names one table, however it is spelt: a path normalised (``/lake/t/``,
-    ``/lake//t`` and ``file:///lake/t`` are ``/lake/t``), a name without case or the default
-    catalog (``spark_catalog.db.t`` is ``db.t``)."""
+    ``/lake//t`` and ``file:///lake/t`` are ``/lake/t``), a name without case, backquotes or
+    the default catalog (``spark_catalog.db.t`` and `` `db`.t `` are ``db.t``)."""
     try:
         ref = TableRef.parse(dataset)
     except UnsafeSQLError:
         return dataset
     if ref.path is not None:
         return _norm(ref.path)
-    return str(ref.name).lower().removeprefix("spark_catalog.")
+    return ".".join(table_name_parts(str(ref.name))).lower().removeprefix("spark_catalog.")
 
 
 def _same_dataset(a: str, b: str) -> bool:

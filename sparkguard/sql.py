@@ -43,6 +43,7 @@ __all__ = [
     "render_literal",
     "reserved_names",
     "restore_statement",
+    "table_name_parts",
     "window_predicate",
 ]
 
@@ -133,6 +134,32 @@ def canonical_location(location: str) -> str:
     return f"{canon}://{rest}"
 
 
+# One part of a table's catalog name: a plain name, or one in backquotes that may also hold a
+# hyphen (Unity Catalog names workspace catalogs after their workspace: `my-workspace`). Nothing
+# else is let through: no dot, space, quote or backquote inside a part.
+_NAME_PART = r"(?:[A-Za-z_][A-Za-z0-9_]{0,127}|`[A-Za-z0-9_-]{1,255}`)"
+_NAME_PART_RE = re.compile(_NAME_PART)
+_TABLE_NAME_RE = re.compile(rf"{_NAME_PART}(?:\.{_NAME_PART}){{0,2}}")
+_DOT_OUTSIDE_QUOTES = re.compile(r"\.(?=(?:[^`]*`[^`]*`)*[^`]*$)")
+
+
+def table_name_parts(name: str) -> tuple[str, ...]:
+    """The parts of a table's catalog name (``catalog.schema.table``, at most three) without
+    their backquotes, or UnsafeSQLError naming the part that is neither a plain name nor a
+    backquoted one (`` `my-workspace`.sales.orders `` is three parts)."""
+    if not isinstance(name, str) or not name:
+        raise UnsafeSQLError(f"empty identifier {name!r}")
+    if _TABLE_NAME_RE.fullmatch(name):
+        return tuple(p.strip("`") for p in _NAME_PART_RE.findall(name))
+    parts = _DOT_OUTSIDE_QUOTES.split(name)
+    if len(parts) > 3:
+        raise UnsafeSQLError(f"identifier {name!r} has more than three parts")
+    bad = next((p for p in parts if not _NAME_PART_RE.fullmatch(p)), name)
+    what = f"{name!r}" if bad == name else f"part {bad!r} of {name!r}"
+    raise UnsafeSQLError(f"{what} is not a plain name (letters, digits, underscore; not starting "
+                         "with a digit; in backquotes, '-' too)")
+
+
 @dataclass(frozen=True)
 class TableRef:
     """A Delta table named in the catalog or addressed by path."""
@@ -156,7 +183,7 @@ class TableRef:
             except ValueError as exc:
                 raise UnsafeSQLError(f"path {dataset!r} is not a valid URI ({exc})") from None
             return TableRef(path=dataset)
-        quote_identifier(dataset)
+        table_name_parts(dataset)
         return TableRef(name=dataset)
 
     @property
@@ -165,7 +192,7 @@ class TableRef:
         if self.path is not None:
             return f"delta.`{self.path}`"
         assert self.name is not None
-        return quote_identifier(self.name)
+        return ".".join(f"`{p}`" for p in table_name_parts(self.name))
 
     @property
     def display(self) -> str:

@@ -148,6 +148,9 @@ def _fix_for(err: Any) -> str:
         text = str(exc)
         if str(err["loc"][-1]).endswith("_expr"):
             return "keep it to one expression over the row's columns"
+        if "in backquotes" in text:  # a table's catalog name (sql.table_name_parts)
+            return ("use letters, digits and '_' (up to catalog.schema.table; a part holding "
+                    "'-' in backquotes: `my-workspace`.sales.orders)")
         if "not a plain name" in text or "three parts" in text:
             return "use letters, digits and '_' only (tables: up to catalog.schema.table)"
         if text.startswith("path "):

@@ -148,7 +148,9 @@ class TargetSpec(_Frozen):
         """Short name used in the ledger, shadow path and placeholders."""
         if self.name:
             return self.name
-        return re.sub(r"[^A-Za-z0-9_]", "_", self.dataset.rstrip("/").split("/")[-1])
+        # a catalog name's backquotes are not part of it: `sales`.orders is sales_orders
+        tail = self.dataset.rstrip("/").split("/")[-1].replace("`", "")
+        return re.sub(r"[^A-Za-z0-9_]", "_", tail)
 
 
 def _target_kind(value: Any) -> str:

@@ -240,7 +240,7 @@ CASES: list[Case] = [
     Case("target-path-quote", f"{T0}.dataset", "contains a quote",
          _set("targets.0.dataset", "@ROOT@/target/x'; DROP TABLE t; --")),
     Case("bare-target-backquote", f"{T0}", "not a plain name",
-         _set("targets.0", "silver.`orders`")),
+         _set("targets.0", "silver.`orders; DROP TABLE t`")),
     Case("target-label-injection", f"{T0}.name", "is not a plain name",
          _set("targets.0.name", "x`; DROP TABLE t; --")),
     Case("target-label-traversal", f"{T0}.name", "is not a plain name",

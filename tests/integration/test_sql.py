@@ -49,12 +49,20 @@ def test_table_ref_sql_for_names_and_paths():
     assert TableRef.parse("/lake/t").sql == "delta.`/lake/t`"
     assert TableRef.parse("s3://bucket/lake/t").sql == "delta.`s3://bucket/lake/t`"
     assert TableRef.parse("dbfs:/mnt/t").path == "dbfs:/mnt/t"
+    # a part in backquotes may hold a hyphen (Unity Catalog's `my-workspace` catalogs)
+    assert TableRef.parse("`my-ws`.sales.orders").sql == "`my-ws`.`sales`.`orders`"
+    assert TableRef.parse("silver.`orders`").sql == "`silver`.`orders`"
+    assert TableRef.parse("`dev-2`.`sales-eu`.`orders-v2`").name == "`dev-2`.`sales-eu`.`orders-v2`"
 
 
 @pytest.mark.parametrize("dataset", [
     "/lake/t`; DROP TABLE x", "/lake/t'", '/lake/"t', "/lake/t;x", "/lake/t\\x", "/lake/\nx",
-    "s3://b/`x`", "silver.orders; DROP TABLE x", "silver.`orders`", "", "   ",
+    "s3://b/`x`", "silver.orders; DROP TABLE x", "", "   ",
     "silver.orders -- c", "silver.orders/*c*/",
+    # backquoted parts: a hyphen is all they add
+    "silver.`ord`ers`", "`a;b`.c", "`a b`.c", "`a.b`.c", "`a``b`.c", "silver.`orders`x",
+    "``.t", "`a`-b.c", "a-b.c", "`a`.`b`.`c`.`d`", "`a'b`.c", "`" + "x" * 256 + "`.t",
+    "`a\nb`.c", "`ördérs`.t", "`a`.b.",
 ])
 def test_table_ref_rejects_quotes_backquotes_semicolons_comments(dataset):
     with pytest.raises(UnsafeSQLError):

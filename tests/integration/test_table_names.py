@@ -48,9 +48,11 @@ def _rows(df: Any) -> list[Any]:
 
 def test_source_and_target_by_catalog_name(spark: Any, base_lake: Path, tmp_path: Path,
                                            capsys: Any) -> None:
-    """``dataset: sg_names.orders_src`` and ``sg_names.orders_clean``: the run reads, locks,
-    promotes and records the target by its name; rollback and verify find it again by name.
-    The transform holds a regex quantifier (``{0,40}``), which is SQL, not a placeholder."""
+    """``dataset: sg_names.orders_src`` and `` `spark_catalog`.`sg_names`.orders_clean ``
+    (parts in backquotes, as a Unity Catalog name holding a hyphen is written): the run reads,
+    locks, promotes and records the target by its name; rollback and verify find it again by
+    name. The transform holds a regex quantifier (``{0,40}``), which is SQL, not a
+    placeholder."""
     root = copy_lake(base_lake, tmp_path / "lake")
     schema = f"sg_names_{tmp_path.name.replace('-', '_')}"
     src, tgt = f"{schema}.orders_src", f"{schema}.orders_clean"
@@ -62,12 +64,13 @@ def test_source_and_target_by_catalog_name(spark: Any, base_lake: Path, tmp_path
         # a regex quantifier's braces are SQL, not a placeholder (the guard once blocked them)
         sql = TRANSFORM_SQL.replace("status,", "regexp_replace(status, '^(.{0,40})$', '$1') "
                                     "AS status,")
+        spelled = f"`spark_catalog`.`{schema}`.orders_clean"
         plan = write_plan(root, lambda p: (p["source_of_truth"].update(dataset=src),
-                                           p["targets"][0].update(dataset=tgt,
+                                           p["targets"][0].update(dataset=spelled,
                                                                   transform={"sql": sql})))
         assert _run(plan, root) == EXIT_OK
-        assert f"RESTORE TABLE `{schema}`.`orders_clean` TO VERSION AS OF {v0}" in (
-            capsys.readouterr().out)
+        assert (f"RESTORE TABLE `spark_catalog`.`{schema}`.`orders_clean` TO VERSION AS OF {v0}"
+                in capsys.readouterr().out)
         expected = spark.sql(TRANSFORM_SQL.format(
             source=src, window=f"order_date IN ({', '.join(repr(str(d)) for d in WINDOW)})"))
         window = spark.table(tgt).filter(F.col("order_date").isin(*WINDOW))

@@ -186,6 +186,11 @@ CASES: list[tuple[str, Mutate, set[str]]] = [
     ("target_duplicated", lambda p: p["targets"].append(
         {**copy.deepcopy(p["targets"][0]), "name": "again",
          "dataset": "file:///lake/target/orders_clean"}), {"target_duplicated"}),
+    # a catalog name with its parts in backquotes is the same name
+    ("target_duplicated", _both(_set("targets.0.dataset", "silver.orders_clean"), lambda p: p[
+        "targets"].append({**copy.deepcopy(p["targets"][0]), "name": "again",
+                           "dataset": "`spark_catalog`.`silver`.Orders_Clean"})),
+     {"target_duplicated"}),
     # one storage through another connector: s3a:// and s3n:// are s3://, wasbs:// on the blob
     # endpoint and abfs:// are abfss:// on the dfs endpoint
     ("source_is_target", _both(_set("source_of_truth.dataset", "s3a://lake/orders"),

@@ -335,3 +335,18 @@ def test_schema_validates_the_template_shape():
     assert set(plan_def["properties"]) == set(BackfillPlan.model_fields)
     data = yaml.safe_load(TEMPLATE.read_text())
     assert set(data["backfill_plan"]) <= set(plan_def["properties"])
+
+
+@pytest.mark.parametrize(("dataset", "label"), [
+    ("silver.orders", "silver_orders"),
+    ("`silver`.`orders`", "silver_orders"),
+    ("`my-workspace`.sales.orders", "my_workspace_sales_orders"),
+    ("/lake/target/orders_clean/", "orders_clean"),
+])
+def test_a_targets_label_comes_from_its_name_without_backquotes(dataset: str, label: str) -> None:
+    """A target without ``name`` is labelled after its dataset (shadow folder, ledger,
+    placeholders): one table spelt with or without backquotes gets one label."""
+    data = valid_plan()
+    data["backfill_plan"]["targets"][0]["dataset"] = dataset
+    data["backfill_plan"]["targets"][0].pop("name", None)
+    assert load_plan_text(plan_yaml(data)).targets[0].label == label
