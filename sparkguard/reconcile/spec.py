@@ -186,29 +186,43 @@ def _norm_type(t: str) -> str:
 
 
 def _columns_match(shadow: Sequence[ColumnInfo], target: Sequence[ColumnInfo],
-                   identity: set[str]) -> GateResult:
-    """With ``match_target_schema: false``, the names alone (case-insensitive, as Delta's
-    writes resolve them): a promotion writes no column the target lacks, and a column the
-    shadow lacks would leave the window's values null or stale, which the check after the
-    promotion refuses. Either way the run would fail after its commit; this fails it first."""
+                   identity: set[str], written_as_is: bool) -> GateResult:
+    """With ``match_target_schema: false``, the names (case-insensitive, as Delta's writes
+    resolve them): a promotion writes no column the target lacks, and a column the shadow lacks
+    would leave the window's values null or stale, which the check after the promotion refuses.
+    ``written_as_is`` (``replace_where``): the types too, as Delta refuses a column of another
+    type at the commit. Either way the run would fail at or after its commit; this fails it
+    first. (A MERGE casts each value to the target's type: ``cast_to_target`` gates.)"""
     have = {c.name.lower() for c in shadow}
-    wanted = {c.name.lower() for c in target}
+    wanted = {c.name.lower(): c.type for c in target}
     problems = [f"column {c.name!r} missing from the recomputed rows" for c in target
                 if c.name.lower() not in have and c.name.lower() not in identity]
     problems += [f"column {c.name!r} not in the target" for c in shadow
                  if c.name.lower() not in wanted and c.name.lower() not in identity]
+    typed = [f"column {c.name!r} type {c.type} != target {wanted[c.name.lower()]}"
+             for c in shadow if written_as_is and c.name.lower() in wanted
+             and c.name.lower() not in identity
+             and _norm_type(c.type) != _norm_type(wanted[c.name.lower()])]
+    why = []
+    if problems:
+        why.append("; ".join(problems) + " (match_target_schema is off, so types may differ, "
+                   "but the promotion writes and checks the target's columns by name)")
+    if typed:
+        why.append("; ".join(typed) + " (replace_where writes the recomputed columns as they "
+                   "are, and Delta refuses a type other than the target's: cast them in the "
+                   "transform, or promote with merge, which casts each value)")
     return GateResult(
-        gate="columns_match_target", check_type="schema_contract", passed=not problems,
-        measured=len(problems), threshold=0,
-        reason=("; ".join(problems) + " (match_target_schema is off, so types may differ, but "
-                "the promotion writes and checks the target's columns by name)" if problems
-                else "the shadow has the target's columns (types not compared: "
-                "match_target_schema is off)"),
-        details={"differences": problems})
+        gate="columns_match_target", check_type="schema_contract",
+        passed=not problems and not typed, measured=len(problems) + len(typed), threshold=0,
+        reason=("; ".join(why) if why else "the shadow has the target's columns (" + (
+            "and types: replace_where writes them as they are)" if written_as_is else
+            "types not compared: match_target_schema is off)")),
+        details={"differences": problems + typed})
 
 
 def schema_contract_gates(shadow: Sequence[ColumnInfo], target: Sequence[ColumnInfo] | None,
-                          contract: Contract, identity: Sequence[str] = ()) -> list[GateResult]:
+                          contract: Contract, identity: Sequence[str] = (),
+                          written_as_is: bool = False) -> list[GateResult]:
     """Schema gates: the shadow against the target's schema (with ``match_target_schema: false``
     its column names only) and against the explicit contract.
 
@@ -217,6 +231,8 @@ def schema_contract_gates(shadow: Sequence[ColumnInfo], target: Sequence[ColumnI
     when the explicit contract says ``nullable: false`` and the data has nulls (engine gate).
     The target's ``identity`` columns are the target's to fill: the shadow must leave them out
     (names compared case-insensitively, as Delta's writes resolve them), whatever the contract.
+    ``written_as_is``: the promotion writes the shadow's columns without a cast
+    (``replace_where``), so types are compared even with ``match_target_schema: false``.
     """
     gates: list[GateResult] = []
     by_name = {c.name: c for c in shadow}
@@ -251,7 +267,7 @@ def schema_contract_gates(shadow: Sequence[ColumnInfo], target: Sequence[ColumnI
                        "target fills" if identity else "")),
             details={"differences": problems}))
     if target is not None and not contract.match_target_schema:
-        gates.append(_columns_match(shadow, target, lowered))
+        gates.append(_columns_match(shadow, target, lowered, written_as_is))
     if contract.columns:
         problems = []
         for cc in contract.columns:

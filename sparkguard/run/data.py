@@ -11,10 +11,11 @@ from typing import Any
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StringType, StructType
+from pyspark.sql.types import AtomicType, DataType, StringType, StructType
 
 from sparkguard import delta_ops
 from sparkguard.errors import SparkguardError, first_line
+from sparkguard.plan.enums import Promotion
 from sparkguard.plan.model import Transform
 from sparkguard.plan.window_spec import BUCKET_COLUMN
 from sparkguard.reconcile.engine import columns_of, reconcile, row_hash, table_fingerprint
@@ -182,7 +183,8 @@ def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
     shadow = shadow_df(ctx, st, partitions)
     target = target_df(ctx, st, partitions, target_version)
     schema = schema_contract_gates(columns_of(shadow), columns_of(target), st.spec.contract,
-                                   target_rules(ctx, st).identity_columns)
+                                   target_rules(ctx, st).identity_columns,
+                                   written_as_is=st.spec.promotion == Promotion.REPLACE_WHERE)
     constraints, unresolved = _constraints(ctx, st, shadow, target)
     target = as_shadow(ctx, st, target)
     schema += unresolved
@@ -224,7 +226,10 @@ def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame, target: Da
     with_identity = shadow.withColumns(nulls) if nulls else shadow
     ok: list[tuple[str, str]] = []
     noted: list[GateResult] = []
-    for gate, expr in (*rules.gates(), *_length_limits(target.schema, shadow.columns)):
+    casts = ([] if st.spec.contract.match_target_schema
+             or st.spec.promotion == Promotion.REPLACE_WHERE
+             else _cast_losses(target.schema, shadow, identity))
+    for gate, expr in (*rules.gates(), *_length_limits(target.schema, shadow.columns), *casts):
         problem = _unresolved(shadow, expr)
         if problem is None:
             ok.append((gate, expr))
@@ -259,6 +264,36 @@ def _length_limits(target: StructType, shadow: Sequence[str]) -> list[tuple[str,
             continue
         kind = "varchar" if m.group(1) else "char"
         out.append((f"{kind}_length[{f.name}]", f"{c} IS NULL OR length({c}) <= {m.group(2)}"))
+    return out
+
+
+def _cast_losses(target: StructType, shadow: DataFrame, identity: Sequence[str]
+                 ) -> list[tuple[str, str]]:
+    """With ``match_target_schema: false`` and a MERGE promotion, a gate per column whose type
+    is not the target's: the MERGE casts each value to the target's type, and the check after
+    the commit compares the two in their common type, so a row counts when that cast would
+    change its value or fail (a float into a decimal, text that is not a number, ``'1.50'``
+    written back as ``1.5``). Text is compared as text, as that check does. Struct, array and
+    map columns, and names SQL cannot spell, are left to that check."""
+    types = {f.name.lower(): f.dataType for f in target.fields}
+    skip = {c.lower() for c in identity}
+    out = []
+    for f in shadow.schema.fields:
+        want = types.get(f.name.lower())
+        if (want is None or f.name.lower() in skip
+                or want.simpleString() == f.dataType.simpleString()
+                or not all(isinstance(t, AtomicType) for t in (want, f.dataType))):
+            continue
+        try:
+            c = quote_column(f.name)
+        except UnsafeSQLError:
+            continue
+        cast = f"try_cast({c} AS {want.simpleString()})"
+        expr = f"{c} IS NULL OR {cast} <=> {c}"
+        if (isinstance(f.dataType, StringType) or isinstance(want, StringType)
+                or _unresolved(shadow, expr) is not None):
+            expr = f"{c} IS NULL OR CAST({cast} AS STRING) <=> CAST({c} AS STRING)"
+        out.append((f"cast_to_target[{f.name}]", expr))
     return out
 
 

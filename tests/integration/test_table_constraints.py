@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 import yaml
 from delta.tables import DeltaTable
+from pyspark.sql import functions as F
 
 from sparkguard.cli import main
 from sparkguard.demo import TRANSFORM_SQL
 from sparkguard.errors import EXIT_GATE_FAILED, EXIT_OK
 from sparkguard.sql import TableRef
-from tests.lakes import copy_lake, set_transform, write_plan
+from tests.lakes import WINDOW, copy_lake, set_transform, write_plan
 
 pytestmark = pytest.mark.spark
 
@@ -218,3 +219,46 @@ def test_a_varchar_column_the_recomputation_leaves_out_fails_the_column_gate_not
     assert not _gate_results(root, "varchar_length[code]")
     ((_parts, g),) = _gate_results(root, "columns_match_target")
     assert not g["passed"] and "'code' missing from the recomputed rows" in g["reason"], g
+
+
+@pytest.mark.parametrize(("promotion", "cast", "expected", "gate"), [
+    # replace_where writes the columns as they are: Delta refused the commit (exit 3)
+    ("replace_where", "DECIMAL(12,2)", EXIT_GATE_FAILED, "columns_match_target"),
+    # a MERGE casts each value: float into decimal(14,2) changes it, the check after the
+    # commit restored the target (exit 1 after a MERGE and a RESTORE)
+    ("merge_changed", "FLOAT", EXIT_GATE_FAILED, "cast_to_target[line_total]"),
+    # text holding the very number: the MERGE's cast keeps every value
+    ("merge", "STRING", EXIT_OK, "cast_to_target[line_total]"),
+], ids=["replace-where-narrower-decimal", "merge-changed-float", "merge-text"])
+def test_a_type_other_than_the_targets_is_gated_by_what_the_promotion_writes(
+        spark: Any, base_lake: Path, tmp_path: Path, promotion: str, cast: str, expected: int,
+        gate: str) -> None:
+    """``match_target_schema: false`` and ``line_total`` recomputed as another type than the
+    target's ``DECIMAL(14,2)``: a failing case stops at its gate before any commit, where it
+    used to fail at the commit or after it; a cast that keeps every value promotes."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = TableRef(path=str(root / "target" / "orders_clean"))
+    before = _version(spark, ref)
+
+    def mutate(plan: dict[str, Any]) -> None:
+        plan["targets"][0]["contract"]["match_target_schema"] = False
+        plan["targets"][0]["transform"] = {"sql": (
+            f"SELECT * EXCEPT (line_total), CAST(line_total AS {cast}) AS line_total "
+            f"FROM ({TRANSFORM_SQL})")}
+    assert _run(write_plan(root, mutate, promotion=promotion), root) == expected
+    results = _gate_results(root, gate)
+    assert results, gate
+    if expected == EXIT_OK:
+        assert all(g["passed"] for _p, g in results)
+        assert _version(spark, ref) == before + 1
+        window = spark.read.format("delta").load(ref.path).where(
+            F.col("order_date").isin(*WINDOW))
+        assert window.count() == 600
+        assert window.schema["line_total"].dataType.simpleString() == "decimal(14,2)"
+        assert window.where("line_total <> round(quantity * amount, 2)").count() == 0
+        return
+    assert _version(spark, ref) == before  # no commit, no RESTORE
+    failed = [g for _p, g in results if not g["passed"]]
+    assert failed and all(g["measured"] > 0 for g in failed), failed
+    if promotion == "replace_where":
+        assert "type decimal(12,2) != target decimal(14,2)" in failed[0]["reason"]

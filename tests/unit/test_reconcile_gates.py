@@ -370,7 +370,7 @@ def test_schema_contract_against_target_and_declared_contract() -> None:
 def test_without_match_target_schema_the_column_names_still_must_match() -> None:
     """A promotion cannot write a column the target lacks, and one the shadow lacks fails the
     check after the commit: names are compared (case-insensitively, identity columns left to
-    the target), types are not."""
+    the target), types only for a promotion that writes the columns as they are."""
     target = [ColumnInfo("id", "bigint", True), ColumnInfo("sk", "bigint", True),
               ColumnInfo("note", "string", True), ColumnInfo("Amount", "decimal(10,2)", True)]
     off = Contract(match_target_schema=False)
@@ -385,6 +385,13 @@ def test_without_match_target_schema_the_column_names_still_must_match() -> None
                                           "column 'Amount' missing from the recomputed rows",
                                           "column 'extra' not in the target"]
     assert "match_target_schema is off" in bad.reason
+    # replace_where writes the columns as they are: their types are compared too
+    (typed,) = schema_contract_gates(retyped, target, off, identity=["SK"], written_as_is=True)
+    assert not typed.passed and typed.measured == 2, typed
+    assert typed.details["differences"] == [
+        "column 'ID' type int != target bigint",
+        "column 'amount' type double != target decimal(10,2)"], typed.details
+    assert "replace_where writes the recomputed columns as they are" in typed.reason
 
 
 def test_spec_for_target_reads_the_plan_checks() -> None:
