@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkguard.ledger_model import CLOCK, instant, plus
-from sparkguard.sql import IDENTIFIER_RE, TableRef, UnsafeSQLError, quote_identifier
+from sparkguard.sql import (
+    IDENTIFIER_RE,
+    TableRef,
+    UnsafeSQLError,
+    canonical_location,
+    location_spellings,
+    quote_identifier,
+)
 
 # No pyspark at import: downstream jobs import this module for :func:`is_paused` with only
 # ``deltalake`` installed. The Spark side imports it where it runs.
@@ -96,7 +103,14 @@ def status_sql(home: str, *, with_location: bool = True) -> str:
     """
     path = f"{home.rstrip('/')}/control/publish"
     TableRef.parse(path)  # refuses quotes, backquotes and control characters
-    location = "location" if with_location else "CAST(NULL AS STRING)"
+    # a location in its one spelling (sql.canonical_location), for events earlier versions
+    # recorded as given (s3a://, wasbs:// on the blob endpoint)
+    location = ("CASE WHEN location RLIKE '(?i)^wasbs?://' THEN regexp_replace(regexp_replace("
+                "location, '(?i)^wasbs?://', 'abfss://'), '(?i)[.]blob[.]core[.]', "
+                "'.dfs.core.') WHEN location RLIKE '(?i)^abfss?://' THEN regexp_replace(location, "
+                "'(?i)^abfss?://', 'abfss://') WHEN location RLIKE '(?i)^s3[an]?://' THEN "
+                "regexp_replace(location, '(?i)^s3[an]?://', 's3://') ELSE location END"
+                if with_location else "CAST(NULL AS STRING)")
     return (
         f"WITH e AS (SELECT target, hold, paused, at, {location} AS location "
         f"FROM delta.`{path}`), "
@@ -127,18 +141,19 @@ def fold_statuses(held: Iterable[Mapping[str, Any]], last: Iterable[Mapping[str,
     Targets asked for and never paused are open; ``targets`` None: every name in the table."""
     held, last = list(held), list(last)
     recorded: dict[str, set[str]] = {}
-    for x in last:
+    for x in last:  # locations compared in their one spelling: earlier versions kept s3a://
         recorded.setdefault(x["target"], set()).update(
-            loc for loc in x.get("locations") or () if loc)
+            canonical_location(loc) for loc in x.get("locations") or () if loc)
     names = list(targets) if targets is not None else sorted(recorded)
     out: dict[str, PublishStatus] = {}
     for t in names:
-        same = recorded.get(t, set()) | {k for k in (keys or {}).get(t, ()) if k}
-        holds = tuple(sorted((dict(h) for h in held
-                              if h["target"] == t or h.get("location") in same),
+        same = recorded.get(t, set()) | {canonical_location(k)
+                                         for k in (keys or {}).get(t, ()) if k}
+        holds = tuple(sorted((dict(h) for h in held if h["target"] == t
+                              or canonical_location(h.get("location") or "") in same),
                              key=lambda h: (h["at"], h["target"], h["hold"])))
-        changed = [x["at"] for x in last
-                   if x["target"] == t or same & set(x.get("locations") or ())]
+        changed = [x["at"] for x in last if x["target"] == t
+                   or same & {canonical_location(loc) for loc in x.get("locations") or ()}]
         out[t] = PublishStatus(t, bool(holds), holds, max(changed, default=None))
     return out
 
@@ -197,7 +212,8 @@ class PublishControl:
         if targets is None:
             return df
         named = F.col("target").isin(list(targets))
-        found = sorted({k for ks in (keys or {}).values() for k in ks})
+        found = sorted({s for ks in (keys or {}).values() for k in ks
+                        for s in location_spellings(k)})
         recorded = (df.filter(named & F.col("location").isNotNull()).select("location")
                     .distinct().withColumn("_recorded", F.lit(True)))
         same = named | F.col("_recorded").isNotNull()

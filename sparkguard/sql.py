@@ -31,6 +31,7 @@ __all__ = [
     "describe_detail_statement",
     "describe_history_statement",
     "has_control",
+    "location_spellings",
     "merge_changes_statement",
     "merge_condition",
     "merge_statement",
@@ -158,6 +159,24 @@ def table_name_parts(name: str) -> tuple[str, ...]:
     what = f"{name!r}" if bad == name else f"part {bad!r} of {name!r}"
     raise UnsafeSQLError(f"{what} is not a plain name (letters, digits, underscore; not starting "
                          "with a digit; in backquotes, '-' too)")
+
+
+def location_spellings(location: str) -> list[str]:
+    """``location`` in its one spelling (:func:`canonical_location`) and the others of the same
+    storage that earlier versions recorded as they were given (``s3a://``, ``s3n://``;
+    ``abfs://``, ``wasb(s)://`` on the blob endpoint): to find events written before locations
+    had one spelling."""
+    canon = canonical_location(location)
+    scheme, sep, rest = canon.partition("://")
+    if not sep:
+        return [canon]
+    if scheme == "s3":
+        return [canon, f"s3a://{rest}", f"s3n://{rest}"]
+    if scheme == "abfss":
+        host, slash, path = rest.partition("/")
+        blob = re.sub(r"\.dfs\.core\.", ".blob.core.", host, flags=re.I) + slash + path
+        return [canon, f"abfs://{rest}", f"wasbs://{blob}", f"wasb://{blob}"]
+    return [canon]
 
 
 @dataclass(frozen=True)

@@ -245,7 +245,7 @@ def infer_draft(spark: SparkSession, req: DraftRequest) -> Draft:
     """Read both tables (aggregates only) and decide every field of the draft."""
     tref, tdf = _open(spark, "--target", req.target)
     sref, sdf = _open(spark, "--source", req.source)
-    if tref.display == sref.display:
+    if delta_ops.lock_key(spark, tref) == delta_ops.lock_key(spark, sref):  # its location
         raise refuse("--source", "the source is the target", "recompute from an upstream table")
     tcols, scols = _columns(tdf.schema), _columns(sdf.schema)
     # identity columns are the target's to fill: no key, transform, contract or measure names

@@ -150,7 +150,7 @@ def _fix_for(err: Any) -> str:
             return "keep it to one expression over the row's columns"
         if "in backquotes" in text:  # a table's catalog name (sql.table_name_parts)
             return ("use letters, digits and '_' (up to catalog.schema.table; a part holding "
-                    "'-' in backquotes: `my-workspace`.sales.orders)")
+                    "'-' in backquotes, the value quoted: \"`my-workspace`.sales.orders\")")
         if "not a plain name" in text or "three parts" in text:
             return "use letters, digits and '_' only (tables: up to catalog.schema.table)"
         if text.startswith("path "):
@@ -233,7 +233,9 @@ def parse_yaml(text: str, source: str = "<plan>") -> Any:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise _refuse(source, f"not valid YAML{where}: {problem}", "fix the YAML syntax") from None
+        fix = ("put a value starting with a backquote in quotes: dataset: "
+               "\"`my-workspace`.sales.orders\"" if "'`'" in problem else "fix the YAML syntax")
+        raise _refuse(source, f"not valid YAML{where}: {problem}", fix) from None
     except (ValueError, OverflowError) as exc:  # e.g. an unquoted 2026-13-45 timestamp
         raise _refuse(source, f"a value cannot be read: {exc}",
                       "quote dates and timestamps and check they exist") from None

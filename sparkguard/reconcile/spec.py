@@ -185,6 +185,16 @@ def _norm_type(t: str) -> str:
     return t.replace(" ", "").lower()
 
 
+# Integers Delta writes into a wider integer column as they are (Parquet stores all three as
+# INT32): (the shadow's type, the target's)
+_INT_INTO_WIDER = {("tinyint", "smallint"), ("tinyint", "int"), ("smallint", "int")}
+
+
+def _written_unchanged(shadow_type: str, target_type: str) -> bool:
+    got, want = _norm_type(shadow_type), _norm_type(target_type)
+    return got == want or (got, want) in _INT_INTO_WIDER
+
+
 def _columns_match(shadow: Sequence[ColumnInfo], target: Sequence[ColumnInfo],
                    identity: set[str], written_as_is: bool) -> GateResult:
     """With ``match_target_schema: false``, the names (case-insensitive, as Delta's writes
@@ -202,7 +212,7 @@ def _columns_match(shadow: Sequence[ColumnInfo], target: Sequence[ColumnInfo],
     typed = [f"column {c.name!r} type {c.type} != target {wanted[c.name.lower()]}"
              for c in shadow if written_as_is and c.name.lower() in wanted
              and c.name.lower() not in identity
-             and _norm_type(c.type) != _norm_type(wanted[c.name.lower()])]
+             and not _written_unchanged(c.type, wanted[c.name.lower()])]
     why = []
     if problems:
         why.append("; ".join(problems) + " (match_target_schema is off, so types may differ, "

@@ -228,7 +228,7 @@ def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame, target: Da
     noted: list[GateResult] = []
     casts = ([] if st.spec.contract.match_target_schema
              or st.spec.promotion == Promotion.REPLACE_WHERE
-             else _cast_losses(target.schema, shadow, identity))
+             else _cast_losses(target, shadow, identity))
     for gate, expr in (*rules.gates(), *_length_limits(target.schema, shadow.columns), *casts):
         problem = _unresolved(shadow, expr)
         if problem is None:
@@ -267,33 +267,34 @@ def _length_limits(target: StructType, shadow: Sequence[str]) -> list[tuple[str,
     return out
 
 
-def _cast_losses(target: StructType, shadow: DataFrame, identity: Sequence[str]
+def _cast_losses(target: DataFrame, shadow: DataFrame, identity: Sequence[str]
                  ) -> list[tuple[str, str]]:
     """With ``match_target_schema: false`` and a MERGE promotion, a gate per column whose type
     is not the target's: the MERGE casts each value to the target's type, and the check after
-    the commit compares the two in their common type, so a row counts when that cast would
-    change its value or fail (a float into a decimal, text that is not a number, ``'1.50'``
-    written back as ``1.5``). Text is compared as text, as that check does. Struct, array and
-    map columns, and names SQL cannot spell, are left to that check."""
-    types = {f.name.lower(): f.dataType for f in target.fields}
+    the commit compares the two in their common type (a union's), so a row counts when that
+    cast would change its value or cannot make it (a float into a decimal, text that is not a
+    number, ``'1.50'`` read back as ``1.5``). Every cast is a ``try_cast``: a value out of range
+    is counted, never raised. Struct, array and map columns, and names SQL cannot spell, are
+    left to that check."""
+    types = {f.name.lower(): f for f in target.schema.fields}
     skip = {c.lower() for c in identity}
     out = []
     for f in shadow.schema.fields:
         want = types.get(f.name.lower())
         if (want is None or f.name.lower() in skip
-                or want.simpleString() == f.dataType.simpleString()
-                or not all(isinstance(t, AtomicType) for t in (want, f.dataType))):
+                or want.dataType.simpleString() == f.dataType.simpleString()
+                or not all(isinstance(t, AtomicType) for t in (want.dataType, f.dataType))):
             continue
         try:
             c = quote_column(f.name)
-        except UnsafeSQLError:
+            both = shadow.select(F.col(c).alias("v")).unionByName(
+                target.select(F.col(quote_column(want.name)).alias("v")))
+            common = both.schema["v"].dataType.simpleString()  # analysis only
+        except (UnsafeSQLError, AnalysisException):
             continue
-        cast = f"try_cast({c} AS {want.simpleString()})"
-        expr = f"{c} IS NULL OR {cast} <=> {c}"
-        if (isinstance(f.dataType, StringType) or isinstance(want, StringType)
-                or _unresolved(shadow, expr) is not None):
-            expr = f"{c} IS NULL OR CAST({cast} AS STRING) <=> CAST({c} AS STRING)"
-        out.append((f"cast_to_target[{f.name}]", expr))
+        written = f"try_cast({c} AS {want.dataType.simpleString()})"
+        out.append((f"cast_to_target[{f.name}]", f"{c} IS NULL OR ({written} IS NOT NULL AND "
+                    f"try_cast({written} AS {common}) <=> try_cast({c} AS {common}))"))
     return out
 
 

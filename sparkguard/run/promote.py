@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -171,7 +172,7 @@ def _still_holds_promotion(ctx: RunContext, state: RunState, st: TargetState,
         "left as they left it (restoring would lose their change, promoting again would undo "
         "a RESTORE someone chose) and publish stays paused. Decide with the table's owners; "
         "run the plan again to start a new run if the backfill should land, or `sparkguard "
-        f"publish resume {st.ref.display}` to reopen publish as it is")
+        f"publish resume {shlex.quote(st.ref.display)}` to reopen publish as it is")
 
 
 def _holds_shadow(ctx: RunContext, st: TargetState, window: DataFrame) -> bool:

@@ -136,6 +136,15 @@ def test_one_storage_through_two_connectors_has_one_publish_state(
     after = ctl.finish(["s3://lake/orders"], "run-1")  # the run's hold, under another scheme
     assert not after["s3://lake/orders"].paused and not is_paused(home, "s3a://lake/orders")
     assert is_paused(home, "wasbs://c@acct.blob.core.windows.net/sales")
+    # a hold an earlier version recorded with the location as given (s3a://, not s3://)
+    ctl._append([("main.sales.orders", "run-0", True, PublishControl._now(), "run-0", "bob",
+                  "gate failed", "s3a://lake/orders")])
+    for spelled in ("s3://lake/orders", "s3a://lake/orders", "main.sales.orders"):
+        assert is_paused(spark, spelled, home) and is_paused(home, spelled), spelled
+    view = register_view(spark, home, "sg_pub_connectors")  # the SQL downstream jobs use
+    rows = {r["target"]: r for r in spark.sql(f"SELECT * FROM {view}").collect()}
+    assert rows["s3a://lake/orders"]["holds"] == ["run-0"], rows
+    assert rows["wasbs://c@acct.blob.core.windows.net/sales"]["holds"] == ["run-1"], rows
 
 
 def test_cli_publish_status_pause_resume(spark: Any, lake: Path, capsys: Any) -> None:

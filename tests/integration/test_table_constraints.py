@@ -221,21 +221,25 @@ def test_a_varchar_column_the_recomputation_leaves_out_fails_the_column_gate_not
     assert not g["passed"] and "'code' missing from the recomputed rows" in g["reason"], g
 
 
-@pytest.mark.parametrize(("promotion", "cast", "expected", "gate"), [
+@pytest.mark.parametrize(("promotion", "column", "cast", "expected", "gate"), [
     # replace_where writes the columns as they are: Delta refused the commit (exit 3)
-    ("replace_where", "DECIMAL(12,2)", EXIT_GATE_FAILED, "columns_match_target"),
+    ("replace_where", "line_total", "DECIMAL(12,2)", EXIT_GATE_FAILED, "columns_match_target"),
+    # ... but writes a narrower integer into the wider column as it is
+    ("replace_where", "quantity", "SMALLINT", EXIT_OK, "columns_match_target"),
     # a MERGE casts each value: float into decimal(14,2) changes it, the check after the
     # commit restored the target (exit 1 after a MERGE and a RESTORE)
-    ("merge_changed", "FLOAT", EXIT_GATE_FAILED, "cast_to_target[line_total]"),
+    ("merge_changed", "line_total", "FLOAT", EXIT_GATE_FAILED, "cast_to_target[line_total]"),
     # text holding the very number: the MERGE's cast keeps every value
-    ("merge", "STRING", EXIT_OK, "cast_to_target[line_total]"),
-], ids=["replace-where-narrower-decimal", "merge-changed-float", "merge-text"])
+    ("merge", "line_total", "STRING", EXIT_OK, "cast_to_target[line_total]"),
+], ids=["replace-where-narrower-decimal", "replace-where-smallint", "merge-changed-float",
+        "merge-text"])
 def test_a_type_other_than_the_targets_is_gated_by_what_the_promotion_writes(
-        spark: Any, base_lake: Path, tmp_path: Path, promotion: str, cast: str, expected: int,
-        gate: str) -> None:
-    """``match_target_schema: false`` and ``line_total`` recomputed as another type than the
-    target's ``DECIMAL(14,2)``: a failing case stops at its gate before any commit, where it
-    used to fail at the commit or after it; a cast that keeps every value promotes."""
+        spark: Any, base_lake: Path, tmp_path: Path, promotion: str, column: str, cast: str,
+        expected: int, gate: str) -> None:
+    """``match_target_schema: false`` and a column recomputed as another type than the
+    target's (``line_total DECIMAL(14,2)``, ``quantity INT``): a failing case stops at its gate
+    before any commit, where it used to fail at the commit or after it; a type the promotion
+    writes unchanged promotes."""
     root = copy_lake(base_lake, tmp_path / "lake")
     ref = TableRef(path=str(root / "target" / "orders_clean"))
     before = _version(spark, ref)
@@ -243,7 +247,7 @@ def test_a_type_other_than_the_targets_is_gated_by_what_the_promotion_writes(
     def mutate(plan: dict[str, Any]) -> None:
         plan["targets"][0]["contract"]["match_target_schema"] = False
         plan["targets"][0]["transform"] = {"sql": (
-            f"SELECT * EXCEPT (line_total), CAST(line_total AS {cast}) AS line_total "
+            f"SELECT * EXCEPT ({column}), CAST({column} AS {cast}) AS {column} "
             f"FROM ({TRANSFORM_SQL})")}
     assert _run(write_plan(root, mutate, promotion=promotion), root) == expected
     results = _gate_results(root, gate)
@@ -255,6 +259,7 @@ def test_a_type_other_than_the_targets_is_gated_by_what_the_promotion_writes(
             F.col("order_date").isin(*WINDOW))
         assert window.count() == 600
         assert window.schema["line_total"].dataType.simpleString() == "decimal(14,2)"
+        assert window.schema["quantity"].dataType.simpleString() == "int"
         assert window.where("line_total <> round(quantity * amount, 2)").count() == 0
         return
     assert _version(spark, ref) == before  # no commit, no RESTORE

@@ -239,6 +239,9 @@ def test_yaml_path_keeps_a_user_key_named_like_an_internal_part():
     ("", "no top-level 'backfill_plan:' mapping (got NoneType)"),
     ("plan:\n  name: x\n", "no top-level 'backfill_plan:' mapping (got keys ['plan'])"),
     ("backfill_plan: [1, 2\n", "not valid YAML at line 2"),
+    # a backquoted catalog name left unquoted: the fix says to quote it
+    ("backfill_plan:\n  source_of_truth:\n    dataset: `my-ws`.sales.orders\n",
+     "put a value starting with a backquote in quotes"),
     ("backfill_plan: &a {name: x}\nother: *a\n", "anchors and aliases"),
     ("backfill_plan:\n  affected_window: {start_utc: 2026-13-45}\n", "a value cannot be read"),
     ("backfill_plan:\n  on: true\n", "key True is not a string"),

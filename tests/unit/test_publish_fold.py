@@ -97,3 +97,19 @@ def test_a_table_is_locked_under_one_key_whichever_connector_describes_it(
     from sparkguard.delta_ops import location_key
 
     assert location_key(described) == key
+
+
+def test_a_hold_recorded_under_another_connectors_spelling_still_counts() -> None:
+    """Earlier versions recorded a location as given (``s3a://``): a job asking under the
+    table's one spelling, or through the blob endpoint of an ADLS path, is still held."""
+    held = [_hold("main.sales.orders", "run-0", 1, "s3a://lake/orders"),
+            _hold("adls.t", "run-1", 2, "wasbs://c@acct.blob.core.windows.net/t")]
+    last = [{"target": "main.sales.orders", "at": _at(1), "locations": ["s3a://lake/orders"]},
+            {"target": "adls.t", "at": _at(2),
+             "locations": ["wasbs://c@acct.blob.core.windows.net/t"]}]
+    keys = {LOC: [LOC], "abfss://c@acct.dfs.core.windows.net/t":
+            ["abfss://c@acct.dfs.core.windows.net/t"], "s3://lake/other": ["s3://lake/other"]}
+    out = fold_statuses(held, last, list(keys), keys)
+    assert {t: s.paused for t, s in out.items()} == {
+        LOC: True, "abfss://c@acct.dfs.core.windows.net/t": True, "s3://lake/other": False}
+    assert out[LOC].last_change == _at(1)

@@ -392,6 +392,12 @@ def test_without_match_target_schema_the_column_names_still_must_match() -> None
         "column 'ID' type int != target bigint",
         "column 'amount' type double != target decimal(10,2)"], typed.details
     assert "replace_where writes the recomputed columns as they are" in typed.reason
+    # ... but a narrower integer is one Delta writes into the wider column as it is
+    narrow = [ColumnInfo("id", "bigint", True), ColumnInfo("note", "string", True),
+              ColumnInfo("amount", "decimal(10,2)", True), ColumnInfo("n", "smallint", True)]
+    (ok,) = schema_contract_gates(narrow, [*target, ColumnInfo("n", "int", True)], off,
+                                  identity=["sk"], written_as_is=True)
+    assert ok.passed, ok
 
 
 def test_spec_for_target_reads_the_plan_checks() -> None:
