@@ -170,13 +170,10 @@ def location_spellings(location: str) -> list[str]:
     scheme, sep, rest = canon.partition("://")
     if not sep:
         return [canon]
-    if scheme == "s3":
-        return [canon, f"s3a://{rest}", f"s3n://{rest}"]
-    if scheme == "abfss":
-        host, slash, path = rest.partition("/")
-        blob = re.sub(r"\.dfs\.core\.", ".blob.core.", host, flags=re.I) + slash + path
-        return [canon, f"abfs://{rest}", f"wasbs://{blob}", f"wasb://{blob}"]
-    return [canon]
+    host, slash, path = rest.partition("/")
+    blob = re.sub(r"\.dfs\.core\.", ".blob.core.", host, flags=re.I) + slash + path
+    return [canon, *(f"{alias}://{blob if alias.startswith('wasb') else rest}"
+                     for alias, same in _SAME_STORAGE.items() if same == scheme)]
 
 
 @dataclass(frozen=True)

@@ -113,3 +113,15 @@ def test_a_hold_recorded_under_another_connectors_spelling_still_counts() -> Non
     assert {t: s.paused for t, s in out.items()} == {
         LOC: True, "abfss://c@acct.dfs.core.windows.net/t": True, "s3://lake/other": False}
     assert out[LOC].last_change == _at(1)
+
+
+def test_a_location_is_looked_up_under_every_spelling_earlier_versions_recorded() -> None:
+    from sparkguard.sql import location_spellings
+
+    assert set(location_spellings("s3a://lake/orders/")) == {
+        "s3://lake/orders", "s3a://lake/orders", "s3n://lake/orders"}
+    assert set(location_spellings("wasbs://c@acct.blob.core.windows.net/t")) == {
+        "abfss://c@acct.dfs.core.windows.net/t", "abfs://c@acct.dfs.core.windows.net/t",
+        "wasbs://c@acct.blob.core.windows.net/t", "wasb://c@acct.blob.core.windows.net/t"}
+    assert location_spellings("gs://lake/t") == ["gs://lake/t"]
+    assert location_spellings("file:/lake/t") == ["file:/lake/t"]
