@@ -75,8 +75,9 @@ class TargetState:
     txn_version: int = 1  # Delta txnVersion of the next promotion attempt
     notes: list[str] = field(default_factory=list)
     # read once per run: the target's CHAR(n) columns, its CHECK constraints and generated
-    # columns, and the types of the latter
+    # columns, the types of the latter, and its column names by their lower case
     char_lengths: dict[str, int] | None = None
+    column_names: dict[str, str] = field(default_factory=dict)
     write_checks: WriteChecks | None = None
     generated_types: dict[str, DataType] = field(default_factory=dict)
 

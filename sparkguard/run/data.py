@@ -82,8 +82,21 @@ def transform(ctx: RunContext, state: RunState, st: TargetState, partitions: Seq
                          partitions, tag)
     checks = target_rules(ctx, st)
     assert st.char_lengths is not None
+    if not st.spec.contract.match_target_schema:
+        df = _target_spelling(df, st.column_names)
     return _with_generated(_char_padded(df, st.char_lengths), checks.generated,
                            st.generated_types), views
+
+
+def _target_spelling(df: DataFrame, names: dict[str, str]) -> DataFrame:
+    """``df`` with each output column named as the target column it is written into, which
+    Delta's writes find whatever the case (``match_target_schema: false``): the shadow, its
+    gates, the change preview and the check after the promotion then compare the columns the
+    promotion writes. Two output columns of one name but for case are left as they are."""
+    lowered = [c.lower() for c in df.columns]
+    renamed = {c: names[c.lower()] for c in df.columns
+               if c.lower() in names and names[c.lower()] != c and lowered.count(c.lower()) == 1}
+    return df.withColumnsRenamed(renamed) if renamed else df
 
 
 def _with_generated(df: DataFrame, generated: Sequence[tuple[str, str]],
@@ -107,6 +120,7 @@ def target_rules(ctx: RunContext, st: TargetState) -> delta_ops.WriteChecks:
         schema = delta_ops.read_table(ctx.spark, st.ref).schema
         checks = delta_ops.write_checks(ctx.spark, st.ref)
         st.char_lengths = _char_lengths(schema)
+        st.column_names = {f.name.lower(): f.name for f in schema.fields}
         st.generated_types = {f.name: f.dataType for f in schema.fields
                               if f.name in dict(checks.generated)}
         st.write_checks = checks

@@ -69,7 +69,7 @@ def _gate_results(root: Path, gate: str) -> list[tuple[list[str], dict[str, Any]
     ev = yaml.safe_load(evidence.read_text())["sparkguard"]
     return [([str(p["partition"]) for p in res["partitions"]], g)
             for t in ev["targets"]
-            for res in [*t["slices"], *([t["window"]] if t.get("window") else [])]
+            for res in [*t["slices"], *([t["full_window"]] if t.get("full_window") else [])]
             for g in res["gates"] if g["gate"] == gate]
 
 
@@ -267,3 +267,34 @@ def test_a_type_other_than_the_targets_is_gated_by_what_the_promotion_writes(
     assert failed and all(g["measured"] > 0 for g in failed), failed
     if promotion == "replace_where":
         assert "type decimal(12,2) != target decimal(14,2)" in failed[0]["reason"]
+
+
+@pytest.mark.parametrize("promotion", ["merge_changed", "replace_where"])
+def test_output_columns_named_in_another_case_are_compared_as_the_target_columns_they_fill(
+        spark: Any, base_lake: Path, tmp_path: Path, promotion: str) -> None:
+    """``match_target_schema: false`` and a recomputation naming columns in another case than
+    the target (``LINE_TOTAL`` for ``line_total``, ``CODE`` for a ``CHAR(3)`` ``code``), which
+    Delta's writes fill whatever the case. The run promotes and verifies: the check after the
+    commit compares the same columns (it used to restore the target, exit 1), the CHAR value is
+    padded as the target holds it, and the change preview counts ``line_total`` (it was left
+    out as a column of the shadow only)."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = TableRef(path=str(root / "target" / "orders_clean"))
+    spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS (code CHAR(3))")
+    before = _version(spark, ref)
+
+    def mutate(plan: dict[str, Any]) -> None:
+        plan["targets"][0]["contract"]["match_target_schema"] = False
+        plan["targets"][0]["transform"] = {"sql": (
+            f"SELECT * EXCEPT (line_total), line_total AS LINE_TOTAL, 'x' AS CODE "
+            f"FROM ({TRANSFORM_SQL})")}
+    assert _run(write_plan(root, mutate, promotion=promotion), root) == EXIT_OK
+    assert _version(spark, ref) == before + 1
+    window = spark.read.format("delta").load(ref.path).where(F.col("order_date").isin(*WINDOW))
+    assert window.count() == 600
+    assert [r[0] for r in window.select("code").distinct().collect()] == ["x  "]
+    assert window.where("line_total <> CAST(amount * quantity AS DECIMAL(14,2))").count() == 0
+    (evidence,) = (root / "evidence").glob("*.yaml")
+    (target,) = yaml.safe_load(evidence.read_text())["sparkguard"]["targets"]
+    by_column = target["full_window"]["change_preview"]["changed_by_column"]
+    assert by_column["line_total"] == by_column["amount"] > 0, by_column
