@@ -27,6 +27,7 @@ from sparkguard.sql import (
     TableRef,
     UnsafeSQLError,
     canonical_location,
+    canonical_location_sql,
     location_spellings,
     quote_identifier,
 )
@@ -103,13 +104,9 @@ def status_sql(home: str, *, with_location: bool = True) -> str:
     """
     path = f"{home.rstrip('/')}/control/publish"
     TableRef.parse(path)  # refuses quotes, backquotes and control characters
-    # a location in its one spelling (sql.canonical_location), for events earlier versions
-    # recorded as given (s3a://, wasbs:// on the blob endpoint)
-    location = ("CASE WHEN location RLIKE '(?i)^wasbs?://' THEN regexp_replace(regexp_replace("
-                "location, '(?i)^wasbs?://', 'abfss://'), '(?i)[.]blob[.]core[.]', "
-                "'.dfs.core.') WHEN location RLIKE '(?i)^abfss?://' THEN regexp_replace(location, "
-                "'(?i)^abfss?://', 'abfss://') WHEN location RLIKE '(?i)^s3[an]?://' THEN "
-                "regexp_replace(location, '(?i)^s3[an]?://', 's3://') ELSE location END"
+    # a location in its one spelling, for events earlier versions recorded as given (s3a://,
+    # wasbs:// on the blob endpoint)
+    location = (canonical_location_sql("location")
                 if with_location else "CAST(NULL AS STRING)")
     return (
         f"WITH e AS (SELECT target, hold, paused, at, {location} AS location "

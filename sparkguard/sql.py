@@ -161,6 +161,20 @@ def table_name_parts(name: str) -> tuple[str, ...]:
                          "with a digit; in backquotes, '-' too)")
 
 
+def canonical_location_sql(expr: str) -> str:
+    """:func:`canonical_location` as a Spark SQL expression over the string ``expr`` (a column
+    name or an expression sparkguard writes), for SQL-only readers of its tables."""
+    text = f"regexp_replace({expr}, '/+$', '')"
+    scheme = f"lower(regexp_extract({text}, '^([A-Za-z0-9]+)://', 1))"
+    rest = f"regexp_extract({text}, '(?s)^[A-Za-z0-9]+://(.*)$', 1)"
+    blob = f"regexp_replace({rest}, '^([^/]*?)(?i)[.]blob[.]core[.]', '$1.dfs.core.')"
+    mapped = " ".join(f"WHEN '{alias}' THEN '{same}'" for alias, same in _SAME_STORAGE.items())
+    wasb = " OR ".join(f"{scheme} = '{a}'" for a in _SAME_STORAGE if a.startswith("wasb"))
+    return (f"CASE WHEN {text} RLIKE '^[A-Za-z0-9]+://' THEN concat(CASE {scheme} {mapped} "
+            f"ELSE {scheme} END, '://', CASE WHEN {wasb} THEN {blob} ELSE {rest} END) "
+            f"ELSE {text} END")
+
+
 def location_spellings(location: str) -> list[str]:
     """``location`` in its one spelling (:func:`canonical_location`) and the others of the same
     storage that earlier versions recorded as they were given (``s3a://``, ``s3n://``;

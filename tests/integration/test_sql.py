@@ -252,3 +252,24 @@ def test_merge_statement_refuses_hostile_view_keys_and_columns():
                              ("v", [], ["k"]), ("v", ["k"], []), ("v", ["k"], ["a\nb"])):
         with pytest.raises(UnsafeSQLError):
             merge_statement(ref, view, keys, cols, window, delete_unmatched=True)
+
+
+LOCATIONS = [
+    "s3a://lake/orders/", "S3N://Lake/Orders", "s3://lake/orders", "gs://b/t//",
+    "wasbs://c@acct.blob.core.windows.net/t/", "WASB://c@acct.BLOB.core.windows.net/a.blob.core.x",
+    "abfs://c@acct.dfs.core.windows.net/t", "abfss://c@acct.dfs.core.windows.net/t",
+    "file:/lake/t/", "file:///lake/t", "/lake/t", "dbfs:/mnt/t", "://x", "s3a+x://b/t", "",
+    "hdfs://nn:8020/a/b/",
+]
+
+
+def test_the_sql_spelling_of_a_location_is_the_python_one(spark):
+    """``status_sql`` canonicalises locations in SQL; it gives what the folds in Python give."""
+    from pyspark.sql import functions as F
+
+    from sparkguard.sql import canonical_location, canonical_location_sql
+
+    rows = spark.createDataFrame([(loc,) for loc in LOCATIONS], "location STRING").select(
+        "location", F.expr(canonical_location_sql("location")).alias("canon")).collect()
+    assert {r["location"]: r["canon"] for r in rows} == {
+        loc: canonical_location(loc) for loc in LOCATIONS}
