@@ -93,7 +93,8 @@ def new_run_id(now: dt.datetime | None = None) -> str:
 
 
 def now() -> dt.datetime:
-    """UTC now (naive), strictly increasing within this process so events keep their order."""
+    """Now as naive local time (what PySpark reads back), strictly increasing within this
+    process so events keep their order (:class:`MonotonicClock`)."""
     return CLOCK.now()
 
 
