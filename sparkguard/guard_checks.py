@@ -9,7 +9,7 @@ from sparkguard.guard_paths import placeholder_rules
 from sparkguard.plan.model import BackfillPlan, Check, CheckType, TargetSpec
 from sparkguard.reconcile.spec import unknown_column_reason, unknown_columns
 
-__all__ = ["check_rules", "not_null_findings"]
+__all__ = ["check_rules", "contract_column_findings", "not_null_findings"]
 
 
 _IGNORED: dict[CheckType, tuple[str, ...]] = {
@@ -108,3 +108,15 @@ def not_null_findings(t: TargetSpec, path: str, columns: Sequence[str], what: st
         fix = f"write {near!r}" if near else f"use one of {sorted(columns)[:20]}"
         out.append((f"{path}.contract.not_null[{k}]", unknown_column_reason(name, near, what), fix))
     return out
+
+
+def contract_column_findings(t: TargetSpec, path: str, columns: Sequence[str], what: str
+                             ) -> list[tuple[str, str, str]]:
+    """(path, message, fix) for each ``contract.columns`` name of ``t`` that is one of
+    ``columns`` (the target's) in another case only: the shadow holds the target's names, so
+    the contract gate would not find it."""
+    near = unknown_columns([c.name for c in t.contract.columns], columns)
+    return [(f"{path}.contract.columns[{k}].name",
+             f"contract.columns names column {cc.name!r}, which {what} does not have: it has "
+             f"{near[cc.name]!r} (names match exactly, case included)", f"write {near[cc.name]!r}")
+            for k, cc in enumerate(t.contract.columns) if near.get(cc.name)]

@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 from sparkguard import delta_ops
 from sparkguard.errors import first_line
 from sparkguard.guard import Finding, Severity, window_partitions
-from sparkguard.guard_checks import not_null_findings
+from sparkguard.guard_checks import contract_column_findings, not_null_findings
 from sparkguard.guard_window import rewrites_most, window_column_problem
 from sparkguard.plan.model import (
     Aggregation,
@@ -247,6 +247,9 @@ class _Live:
                          f"use one of {sorted(names)[:20]}")
         for np_, msg, fix in not_null_findings(t, path, df.columns, f"target {ref.display!r}"):
             self.add("column_missing", np_, msg, fix)
+        for cp, msg, fix in contract_column_findings(t, path, df.columns,
+                                                     f"target {ref.display!r}"):
+            self.add("column_missing", cp, msg, fix)
         where, checks = self._checks_of(i, t)
         for ci, check in enumerate(checks):
             if check.type is CheckType.DUPLICATE_CHECK:

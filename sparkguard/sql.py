@@ -114,6 +114,7 @@ def quote_identifier(name: str) -> str:
 # and EMR's s3, address one S3 object; abfs (plain) and abfss, and wasb(s) through the account's
 # blob endpoint, one ADLS Gen2 path (its dfs endpoint).
 _SAME_STORAGE = {"s3a": "s3", "s3n": "s3", "abfs": "abfss", "wasb": "abfss", "wasbs": "abfss"}
+_BLOB_SCHEMES = tuple(a for a in _SAME_STORAGE if a.startswith("wasb"))  # on blob endpoints
 _BLOB_ENDPOINT = re.compile(r"\.blob\.core\.", re.I)
 
 
@@ -129,7 +130,7 @@ def canonical_location(location: str) -> str:
         return text
     scheme = scheme.lower()
     canon = _SAME_STORAGE.get(scheme, scheme)
-    if scheme.startswith("wasb"):
+    if scheme in _BLOB_SCHEMES:
         host, slash, path = rest.partition("/")
         rest = _BLOB_ENDPOINT.sub(".dfs.core.", host) + slash + path
     return f"{canon}://{rest}"
@@ -164,12 +165,14 @@ def table_name_parts(name: str) -> tuple[str, ...]:
 def canonical_location_sql(expr: str) -> str:
     """:func:`canonical_location` as a Spark SQL expression over the string ``expr`` (a column
     name or an expression sparkguard writes), for SQL-only readers of its tables."""
-    text = f"regexp_replace({expr}, '/+$', '')"
+    text = f"trim(TRAILING '/' FROM {expr})"
     scheme = f"lower(regexp_extract({text}, '^([A-Za-z0-9]+)://', 1))"
     rest = f"regexp_extract({text}, '(?s)^[A-Za-z0-9]+://(.*)$', 1)"
-    blob = f"regexp_replace({rest}, '^([^/]*?)(?i)[.]blob[.]core[.]', '$1.dfs.core.')"
+    host = f"regexp_extract({rest}, '^([^/]*)', 1)"
+    blob = (f"concat(regexp_replace({host}, '(?i)[.]blob[.]core[.]', '.dfs.core.'), "
+            f"substring({rest}, length({host}) + 1))")
     mapped = " ".join(f"WHEN '{alias}' THEN '{same}'" for alias, same in _SAME_STORAGE.items())
-    wasb = " OR ".join(f"{scheme} = '{a}'" for a in _SAME_STORAGE if a.startswith("wasb"))
+    wasb = " OR ".join(f"{scheme} = '{a}'" for a in _BLOB_SCHEMES)
     return (f"CASE WHEN {text} RLIKE '^[A-Za-z0-9]+://' THEN concat(CASE {scheme} {mapped} "
             f"ELSE {scheme} END, '://', CASE WHEN {wasb} THEN {blob} ELSE {rest} END) "
             f"ELSE {text} END")
@@ -186,7 +189,7 @@ def location_spellings(location: str) -> list[str]:
         return [canon]
     host, slash, path = rest.partition("/")
     blob = re.sub(r"\.dfs\.core\.", ".blob.core.", host, flags=re.I) + slash + path
-    return [canon, *(f"{alias}://{blob if alias.startswith('wasb') else rest}"
+    return [canon, *(f"{alias}://{blob if alias in _BLOB_SCHEMES else rest}"
                      for alias, same in _SAME_STORAGE.items() if same == scheme)]
 
 

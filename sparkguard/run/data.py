@@ -59,7 +59,13 @@ def source_df(ctx: RunContext, state: RunState, partitions: Sequence[object]) ->
 
 
 def shadow_df(ctx: RunContext, st: TargetState, partitions: Sequence[object]) -> DataFrame:
-    return delta_ops.read_table(ctx.spark, st.shadow).filter(ctx.window.pred(partitions))
+    """The shadow's rows of ``partitions``; with ``match_target_schema: false``, its columns
+    named as the target's (a shadow an earlier version wrote may spell them otherwise)."""
+    df = delta_ops.read_table(ctx.spark, st.shadow).filter(ctx.window.pred(partitions))
+    if st.spec.contract.match_target_schema:
+        return df
+    target_rules(ctx, st)
+    return _target_spelling(df, st.column_names)
 
 
 def target_df(ctx: RunContext, st: TargetState, partitions: Sequence[object],

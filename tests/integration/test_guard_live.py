@@ -224,10 +224,13 @@ def test_business_key_and_duplicate_key_missing_from_target(spark, base):
         p["targets"][0]["business_keys"] = ["order_id", "nope"]
         p["validation"]["checks"][1]["key_columns"] = ["order_id", "nope"]
         p["targets"][0]["contract"]["not_null"] = ["order_id", "Amount"]  # another case
+        p["targets"][0]["contract"]["columns"] = [  # the second in another case
+            {"name": "order_id", "type": "bigint"}, {"name": "LINE_TOTAL", "type": "decimal(14,2)"}]
     assert _blocks(spark, base, mutate) == {
         ("column_missing", "backfill_plan.targets[0].business_keys[1]"),
         ("column_missing", "backfill_plan.validation.checks[1].key_columns"),
-        ("column_missing", "backfill_plan.targets[0].contract.not_null[1]")}
+        ("column_missing", "backfill_plan.targets[0].contract.not_null[1]"),
+        ("column_missing", "backfill_plan.targets[0].contract.columns[1].name")}
 
 
 def test_window_partitions_missing_from_source(spark, base):

@@ -259,7 +259,8 @@ LOCATIONS = [
     "wasbs://c@acct.blob.core.windows.net/t/", "WASB://c@acct.BLOB.core.windows.net/a.blob.core.x",
     "abfs://c@acct.dfs.core.windows.net/t", "abfss://c@acct.dfs.core.windows.net/t",
     "file:/lake/t/", "file:///lake/t", "/lake/t", "dbfs:/mnt/t", "://x", "s3a+x://b/t", "",
-    "hdfs://nn:8020/a/b/",
+    "hdfs://nn:8020/a/b/", "wasbs://c@a.blob.core.b.blob.core.net/t.blob.core.x/",
+    "s3a://b/t/\n", "wasbx://c@a.blob.core.x/t", "s3a://b/t://u/",
 ]
 
 

@@ -17,6 +17,10 @@ from pyspark.sql import functions as F
 from sparkguard.cli import main
 from sparkguard.demo import TRANSFORM_SQL
 from sparkguard.errors import EXIT_GATE_FAILED, EXIT_OK
+from sparkguard.plan import load_plan
+from sparkguard.run import data
+from sparkguard.run.evaluator import run_backfill
+from sparkguard.run.stages import RunOptions
 from sparkguard.sql import TableRef
 from tests.lakes import WINDOW, copy_lake, set_transform, write_plan
 
@@ -298,3 +302,34 @@ def test_output_columns_named_in_another_case_are_compared_as_the_target_columns
     (target,) = yaml.safe_load(evidence.read_text())["sparkguard"]["targets"]
     by_column = target["full_window"]["change_preview"]["changed_by_column"]
     assert by_column["line_total"] == by_column["amount"] > 0, by_column
+
+
+def test_a_shadow_an_earlier_version_wrote_in_the_recomputations_case_is_read_as_the_targets(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dry run by a version that kept the recomputation's names wrote a shadow with
+    ``LINE_TOTAL``; the real run reuses its slices (nothing rewrites them) and reads them under
+    the target's names, so it promotes and verifies."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = TableRef(path=str(root / "target" / "orders_clean"))
+    before = _version(spark, ref)
+
+    def mutate(plan: dict[str, Any]) -> None:
+        plan["targets"][0]["contract"]["match_target_schema"] = False
+        plan["targets"][0]["transform"] = {"sql": (
+            f"SELECT * EXCEPT (line_total), line_total AS LINE_TOTAL FROM ({TRANSFORM_SQL})")}
+    plan = write_plan(root, mutate, promotion="merge")
+    home, evidence = str(root / "_sg"), str(root / "evidence")
+    with monkeypatch.context() as m:
+        m.setattr(data, "_target_spelling", lambda df, _names: df)
+        dry = run_backfill(spark, load_plan(plan), str(plan), home=home, evidence_dir=evidence,
+                           out=lambda _m: None, options=RunOptions(dry_run=True))
+    assert dry.exit_code == EXIT_OK
+    shadow = dry.targets["orders_clean"].shadow
+    assert "LINE_TOTAL" in spark.read.format("delta").load(shadow.path).columns
+    out = run_backfill(spark, load_plan(plan), str(plan), home=home, evidence_dir=evidence,
+                       out=lambda _m: None)
+    assert out.exit_code == EXIT_OK, out.message
+    assert out.targets["orders_clean"].skipped_slices == (1, 2, 3)
+    assert _version(spark, ref) == before + 1
+    window = spark.read.format("delta").load(ref.path).where(F.col("order_date").isin(*WINDOW))
+    assert window.where("line_total <> CAST(amount * quantity AS DECIMAL(14,2))").count() == 0

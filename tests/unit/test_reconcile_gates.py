@@ -525,6 +525,23 @@ def test_guard_names_not_null_columns_a_table_lacks() -> None:
         "targets[0].contract.not_null[0]"]
 
 
+def test_guard_names_contract_columns_the_target_has_in_another_case() -> None:
+    """The shadow holds the target's column names, so a ``contract.columns`` name the target
+    has in another case only would never be found by the contract gate; a name the target
+    lacks altogether is left to that gate."""
+    from sparkguard.guard_checks import contract_column_findings
+
+    data = valid_plan()
+    data["backfill_plan"]["targets"][0]["contract"]["columns"] = [
+        {"name": "Order_ID", "type": "bigint"}, {"name": "amount", "type": "decimal(12,2)"},
+        {"name": "extra", "type": "int"}]
+    t = load_plan_text(plan_yaml(data)).target_specs()[0]
+    found = contract_column_findings(t, "targets[0]", ["order_id", "amount"], "target 't'")
+    assert found == [("targets[0].contract.columns[0].name",
+                      "contract.columns names column 'Order_ID', which target 't' does not have: "
+                      "it has 'order_id' (names match exactly, case included)", "write 'order_id'")]
+
+
 def test_an_overflowed_decimal_sum_fails_instead_of_vanishing() -> None:
     """Spark's decimal(38, s) sum is null on overflow; a null partial used to be an empty one,
     so that group dropped out of the total (and None vs None passed)."""
