@@ -75,7 +75,8 @@ class TargetState:
     txn_version: int = 1  # Delta txnVersion of the next promotion attempt
     notes: list[str] = field(default_factory=list)
     # read once per run: the target's CHAR(n) columns, its CHECK constraints and generated
-    # columns, the types of the latter, and its column names by their lower case
+    # columns, the types of the latter, and its column names by their lower case (identity
+    # columns, which the recomputation must leave out, excepted: a gate names them as output)
     char_lengths: dict[str, int] | None = None
     column_names: dict[str, str] = field(default_factory=dict)
     write_checks: WriteChecks | None = None

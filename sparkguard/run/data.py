@@ -126,7 +126,9 @@ def target_rules(ctx: RunContext, st: TargetState) -> delta_ops.WriteChecks:
         schema = delta_ops.read_table(ctx.spark, st.ref).schema
         checks = delta_ops.write_checks(ctx.spark, st.ref)
         st.char_lengths = _char_lengths(schema)
-        st.column_names = {f.name.lower(): f.name for f in schema.fields}
+        identity = {c.lower() for c in checks.identity_columns}  # left out, as written
+        st.column_names = {f.name.lower(): f.name for f in schema.fields
+                           if f.name.lower() not in identity}
         st.generated_types = {f.name: f.dataType for f in schema.fields
                               if f.name in dict(checks.generated)}
         st.write_checks = checks

@@ -6,6 +6,7 @@ runtime failure)."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,16 @@ def _with_rules(spark: Any, root: Path) -> None:
     builder.addColumn("order_month", "INT", generatedAlwaysAs="month(order_date)").execute()
     spark.sql(f"ALTER TABLE {ref.sql} ADD CONSTRAINT `positive quantity` CHECK (quantity > 0)")
     rows.write.format("delta").mode("append").save(str(path))
+
+
+def _loose(select: str | None = None) -> Callable[[dict[str, Any]], None]:
+    """A plan change: ``match_target_schema: false``, and with ``select`` the transform
+    ``SELECT <select> FROM (<the demo transform>)``."""
+    def mutate(plan: dict[str, Any]) -> None:
+        plan["targets"][0]["contract"]["match_target_schema"] = False
+        if select is not None:
+            plan["targets"][0]["transform"] = {"sql": f"SELECT {select} FROM ({TRANSFORM_SQL})"}
+    return mutate
 
 
 def _run(plan: Path, root: Path) -> int:
@@ -215,10 +226,7 @@ def test_a_varchar_column_the_recomputation_leaves_out_fails_the_column_gate_not
     ref = TableRef(path=str(root / "target" / "orders_clean"))
     spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS (code VARCHAR(3))")
     before = _version(spark, ref)
-
-    def mutate(plan: dict[str, Any]) -> None:
-        plan["targets"][0]["contract"]["match_target_schema"] = False
-    assert _run(write_plan(root, mutate), root) == EXIT_GATE_FAILED
+    assert _run(write_plan(root, _loose()), root) == EXIT_GATE_FAILED
     assert _version(spark, ref) == before
     assert not _gate_results(root, "varchar_length[code]")
     ((_parts, g),) = _gate_results(root, "columns_match_target")
@@ -247,12 +255,7 @@ def test_a_type_other_than_the_targets_is_gated_by_what_the_promotion_writes(
     root = copy_lake(base_lake, tmp_path / "lake")
     ref = TableRef(path=str(root / "target" / "orders_clean"))
     before = _version(spark, ref)
-
-    def mutate(plan: dict[str, Any]) -> None:
-        plan["targets"][0]["contract"]["match_target_schema"] = False
-        plan["targets"][0]["transform"] = {"sql": (
-            f"SELECT * EXCEPT ({column}), CAST({column} AS {cast}) AS {column} "
-            f"FROM ({TRANSFORM_SQL})")}
+    mutate = _loose(f"* EXCEPT ({column}), CAST({column} AS {cast}) AS {column}")
     assert _run(write_plan(root, mutate, promotion=promotion), root) == expected
     results = _gate_results(root, gate)
     assert results, gate
@@ -286,12 +289,7 @@ def test_output_columns_named_in_another_case_are_compared_as_the_target_columns
     ref = TableRef(path=str(root / "target" / "orders_clean"))
     spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS (code CHAR(3))")
     before = _version(spark, ref)
-
-    def mutate(plan: dict[str, Any]) -> None:
-        plan["targets"][0]["contract"]["match_target_schema"] = False
-        plan["targets"][0]["transform"] = {"sql": (
-            f"SELECT * EXCEPT (line_total), line_total AS LINE_TOTAL, 'x' AS CODE "
-            f"FROM ({TRANSFORM_SQL})")}
+    mutate = _loose("* EXCEPT (line_total), line_total AS LINE_TOTAL, 'x' AS CODE")
     assert _run(write_plan(root, mutate, promotion=promotion), root) == EXIT_OK
     assert _version(spark, ref) == before + 1
     window = spark.read.format("delta").load(ref.path).where(F.col("order_date").isin(*WINDOW))
@@ -312,12 +310,8 @@ def test_a_shadow_an_earlier_version_wrote_in_the_recomputations_case_is_read_as
     root = copy_lake(base_lake, tmp_path / "lake")
     ref = TableRef(path=str(root / "target" / "orders_clean"))
     before = _version(spark, ref)
-
-    def mutate(plan: dict[str, Any]) -> None:
-        plan["targets"][0]["contract"]["match_target_schema"] = False
-        plan["targets"][0]["transform"] = {"sql": (
-            f"SELECT * EXCEPT (line_total), line_total AS LINE_TOTAL FROM ({TRANSFORM_SQL})")}
-    plan = write_plan(root, mutate, promotion="merge")
+    plan = write_plan(root, _loose("* EXCEPT (line_total), line_total AS LINE_TOTAL"),
+                      promotion="merge")
     home, evidence = str(root / "_sg"), str(root / "evidence")
     with monkeypatch.context() as m:
         m.setattr(data, "_target_spelling", lambda df, _names: df)
