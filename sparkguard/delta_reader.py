@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from sparkguard.errors import SparkguardError
 from sparkguard.ledger_model import LockInfo, RunProgress, decode_row, lock_holders, run_progress
 from sparkguard.newest_runs import file_stats, newest_runs
-from sparkguard.sql import location_spellings
+from sparkguard.sql import spellings_of
 
 if TYPE_CHECKING:
     from sparkguard.publish import PublishStatus
@@ -217,7 +217,7 @@ class DeltaRsReader:
         table = self._table("publish")
         if targets is not None and table is not None and "location" in {
                 f.name for f in table.schema().fields}:
-            found = sorted({s for ks in keys.values() for k in ks for s in location_spellings(k)})
+            found = spellings_of(k for ks in keys.values() for k in ks)
             where = " OR ".join([f"({where})", *([f"({_in('location', found)})"] if found else []),
                                  f'"location" IN (SELECT "location" FROM t WHERE ({where}) '
                                  'AND "location" IS NOT NULL)'])

@@ -28,8 +28,8 @@ from sparkguard.sql import (
     UnsafeSQLError,
     canonical_location,
     canonical_location_sql,
-    location_spellings,
     quote_identifier,
+    spellings_of,
 )
 
 # No pyspark at import: downstream jobs import this module for :func:`is_paused` with only
@@ -136,21 +136,21 @@ def fold_statuses(held: Iterable[Mapping[str, Any]], last: Iterable[Mapping[str,
     when it was set under T or under any name whose event recorded a location of T: one of
     ``keys[T]`` (where T is stored, as resolved by the caller) or one T's own events recorded.
     Targets asked for and never paused are open; ``targets`` None: every name in the table."""
-    held, last = list(held), list(last)
+    # locations compared in their one spelling (earlier versions kept s3a://), made once
+    holds_at = [(h, canonical_location(h.get("location") or "")) for h in held]
+    events = [(x, {canonical_location(loc) for loc in x.get("locations") or () if loc})
+              for x in last]
     recorded: dict[str, set[str]] = {}
-    for x in last:  # locations compared in their one spelling: earlier versions kept s3a://
-        recorded.setdefault(x["target"], set()).update(
-            canonical_location(loc) for loc in x.get("locations") or () if loc)
+    for x, locs in events:
+        recorded.setdefault(x["target"], set()).update(locs)
     names = list(targets) if targets is not None else sorted(recorded)
     out: dict[str, PublishStatus] = {}
     for t in names:
         same = recorded.get(t, set()) | {canonical_location(k)
                                          for k in (keys or {}).get(t, ()) if k}
-        holds = tuple(sorted((dict(h) for h in held if h["target"] == t
-                              or canonical_location(h.get("location") or "") in same),
+        holds = tuple(sorted((dict(h) for h, loc in holds_at if h["target"] == t or loc in same),
                              key=lambda h: (h["at"], h["target"], h["hold"])))
-        changed = [x["at"] for x in last if x["target"] == t
-                   or same & {canonical_location(loc) for loc in x.get("locations") or ()}]
+        changed = [x["at"] for x, locs in events if x["target"] == t or same & locs]
         out[t] = PublishStatus(t, bool(holds), holds, max(changed, default=None))
     return out
 
@@ -209,8 +209,7 @@ class PublishControl:
         if targets is None:
             return df
         named = F.col("target").isin(list(targets))
-        found = sorted({s for ks in (keys or {}).values() for k in ks
-                        for s in location_spellings(k)})
+        found = spellings_of(k for ks in (keys or {}).values() for k in ks)
         recorded = (df.filter(named & F.col("location").isNotNull()).select("location")
                     .distinct().withColumn("_recorded", F.lit(True)))
         same = named | F.col("_recorded").isNotNull()

@@ -44,6 +44,7 @@ __all__ = [
     "render_literal",
     "reserved_names",
     "restore_statement",
+    "spellings_of",
     "table_name_parts",
     "window_predicate",
 ]
@@ -191,6 +192,11 @@ def location_spellings(location: str) -> list[str]:
     blob = re.sub(r"\.dfs\.core\.", ".blob.core.", host, flags=re.I) + slash + path
     return [canon, *(f"{alias}://{blob if alias in _BLOB_SCHEMES else rest}"
                      for alias, same in _SAME_STORAGE.items() if same == scheme)]
+
+
+def spellings_of(locations: Iterable[str]) -> list[str]:
+    """Every spelling (:func:`location_spellings`) of each of ``locations``, sorted, once."""
+    return sorted({s for loc in locations for s in location_spellings(loc)})
 
 
 @dataclass(frozen=True)

@@ -61,11 +61,8 @@ def source_df(ctx: RunContext, state: RunState, partitions: Sequence[object]) ->
 def shadow_df(ctx: RunContext, st: TargetState, partitions: Sequence[object]) -> DataFrame:
     """The shadow's rows of ``partitions``; with ``match_target_schema: false``, its columns
     named as the target's (a shadow an earlier version wrote may spell them otherwise)."""
-    df = delta_ops.read_table(ctx.spark, st.shadow).filter(ctx.window.pred(partitions))
-    if st.spec.contract.match_target_schema:
-        return df
-    target_rules(ctx, st)
-    return _target_spelling(df, st.column_names)
+    return _target_spelling(ctx, st, delta_ops.read_table(ctx.spark, st.shadow)
+                            .filter(ctx.window.pred(partitions)))
 
 
 def target_df(ctx: RunContext, st: TargetState, partitions: Sequence[object],
@@ -88,18 +85,19 @@ def transform(ctx: RunContext, state: RunState, st: TargetState, partitions: Seq
                          partitions, tag)
     checks = target_rules(ctx, st)
     assert st.char_lengths is not None
-    if not st.spec.contract.match_target_schema:
-        df = _target_spelling(df, st.column_names)
-    return _with_generated(_char_padded(df, st.char_lengths), checks.generated,
-                           st.generated_types), views
+    return _with_generated(_char_padded(_target_spelling(ctx, st, df), st.char_lengths),
+                           checks.generated, st.generated_types), views
 
 
-def _target_spelling(df: DataFrame, names: dict[str, str]) -> DataFrame:
-    """``df`` with each output column named as the target column it is written into, which
-    Delta's writes find whatever the case (``match_target_schema: false``): the shadow, its
+def _target_spelling(ctx: RunContext, st: TargetState, df: DataFrame) -> DataFrame:
+    """With ``match_target_schema: false``, ``df`` with each output column named as the target
+    column it is written into, which Delta's writes find whatever the case: the shadow, its
     gates, the change preview and the check after the promotion then compare the columns the
     promotion writes. Two output columns of one name but for case are left as they are."""
-    lowered = [c.lower() for c in df.columns]
+    if st.spec.contract.match_target_schema:
+        return df
+    target_rules(ctx, st)
+    names, lowered = st.column_names, [c.lower() for c in df.columns]
     renamed = {c: names[c.lower()] for c in df.columns
                if c.lower() in names and names[c.lower()] != c and lowered.count(c.lower()) == 1}
     return df.withColumnsRenamed(renamed) if renamed else df

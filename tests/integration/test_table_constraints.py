@@ -314,7 +314,7 @@ def test_a_shadow_an_earlier_version_wrote_in_the_recomputations_case_is_read_as
                       promotion="merge")
     home, evidence = str(root / "_sg"), str(root / "evidence")
     with monkeypatch.context() as m:
-        m.setattr(data, "_target_spelling", lambda df, _names: df)
+        m.setattr(data, "_target_spelling", lambda _ctx, _st, df: df)
         dry = run_backfill(spark, load_plan(plan), str(plan), home=home, evidence_dir=evidence,
                            out=lambda _m: None, options=RunOptions(dry_run=True))
     assert dry.exit_code == EXIT_OK
