@@ -5,7 +5,9 @@ between its checks and its RESTORE (a run holding a target refuses the rollback,
 Before anything is restored, every target is checked: the run's promotion must still be in
 place, no other writer may have committed after it (``force`` overrides, and the commits that
 RESTORE would undo are listed), and the files the recorded version needs must still exist
-(VACUUM may have removed them). Right before each RESTORE the target's history is read again:
+(VACUUM may have removed them): its data files, listed, and its deletion vectors, which no
+listing names, by reading the recorded version's window (the whole table when other writers'
+commits are undone too). Right before each RESTORE the target's history is read again:
 a commit that landed since the check (a writer outside sparkguard) refuses that RESTORE. Then
 each target is restored in one commit tagged with the run id, and that commit (found by its
 userMetadata, so later commits by other writers do not count) is verified by time travel: same
@@ -56,6 +58,7 @@ class RollbackPoint:
     already_rolled_back: int | None = None  # version of this rollback's own RESTORE commit
     later_commits: tuple[dict[str, Any], ...] = ()  # by other writers after the promotion
     missing_files: tuple[str, ...] = ()
+    expected: dict[str, int] | None = None  # the recorded version's window fingerprint, read
     new_version: int | None = None
     verified: bool = False
     recorded_rollback_version: int | None = None  # the ledger's, when the history moved it
@@ -90,8 +93,11 @@ def _window_predicate(window: dict[str, Any] | None) -> str | None:
     return window_predicate(window["column"], PartitionType(window["type"]), window["partitions"])
 
 
-def check_rollback(spark: SparkSession, prog: RunProgress) -> list[RollbackPoint]:
-    """Every target of the run with its promotion, later commits and missing files (no write)."""
+def check_rollback(spark: SparkSession, prog: RunProgress, window: str | None = None,
+                   force: bool = False) -> list[RollbackPoint]:
+    """Every target of the run with its promotion, later commits and missing files (no write);
+    ``window`` is the run's window predicate, ``force`` whether other writers' commits would
+    be undone."""
     points = []
     for label, tp in sorted(prog.targets.items()):
         if tp.rollback_version is None or tp.dataset is None:
@@ -118,8 +124,30 @@ def check_rollback(spark: SparkSession, prog: RunProgress) -> list[RollbackPoint
                 data_only=True))
             pt.missing_files = tuple(delta_ops.missing_files_for_version(
                 spark, ref, pt.rollback_version))
+            if not pt.missing_files and (force or not pt.later_commits):
+                pt.missing_files = _unreadable(spark, pt, window)
         points.append(pt)
     return points
+
+
+def _unreadable(spark: SparkSession, pt: RollbackPoint, window: str | None) -> tuple[str, ...]:
+    """The file a read of the recorded version misses, though every data file is there: a
+    deletion vector a later commit replaced on a file it kept, then VACUUM removed (RESTORE
+    would commit, and leave a table no query can read). Reads the window (its fingerprint is
+    kept for the verification), and every file of the table when other writers' commits
+    are undone too (they may have changed deletion vectors outside the window)."""
+    then = delta_ops.read_version(spark, pt.ref, pt.rollback_version)
+    try:
+        pt.expected = table_fingerprint(then.filter(window) if window else then)
+        if window and pt.later_commits:
+            delta_ops.read_all_files(then)
+    except Exception as exc:
+        gone = delta_ops.gone_file(exc)
+        if gone is None:
+            raise
+        pt.expected = None
+        return (gone,)
+    return ()
 
 
 def _refusals(points: Sequence[RollbackPoint], force: bool) -> list[str]:
@@ -134,7 +162,8 @@ def _refusals(points: Sequence[RollbackPoint], force: bool) -> list[str]:
                        f"{listed}. Re-run with --force to restore anyway")
         if pt.missing_files:
             out.append(f"{pt.dataset}: version {pt.rollback_version} can no longer be restored: "
-                       f"{len(pt.missing_files)} data file(s) it needs are gone (VACUUM?), e.g. "
+                       f"{len(pt.missing_files)} file(s) it needs (data files or deletion "
+                       f"vectors) are gone (VACUUM?), e.g. "
                        f"{list(pt.missing_files[:3])}; nothing was restored")
     return out
 
@@ -182,7 +211,8 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
     """The rollback proper, with every target's lock held (``located``: dataset -> the key
     its lock is held under, its table's location)."""
     run_id = prog.run_id
-    points = check_rollback(spark, prog)
+    window = _window(events)
+    points = check_rollback(spark, prog, _window_predicate(window), force)
     todo = [p for p in points if p.promoted_version is not None]
     done = [p for p in points if p.already_rolled_back is not None]
     publish, hold = PublishControl(spark, ledger.home), rollback_lock_id(run_id)
@@ -209,7 +239,6 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
                           undone_commits={p.label: [str(c["version"]) for c in p.later_commits]
                                           for p in todo if p.later_commits})
     failpoint("mid_rollback")
-    window = _window(events)
     for pt in todo:
         seen = _recheck(spark, prog.run_id, pt, [p for p in todo if p.new_version is not None])
         _restore_one(spark, ledger, prog, pt, _window_predicate(window), out, seen)
@@ -304,7 +333,8 @@ def _restore_one(spark: SparkSession, ledger: Ledger, prog: RunProgress, pt: Rol
 def _verify(spark: SparkSession, pt: RollbackPoint, window: str | None,
             out: Callable[[str], None]) -> None:
     """The rollback's RESTORE commit (``pt.new_version``) against the recorded version: same
-    data files, same window content (time travel; later commits by others do not count)."""
+    data files, same window content (time travel; later commits by others do not count), and
+    every file readable (the window's; the table's when others' commits were undone)."""
     ref, version = pt.ref, pt.rollback_version
     if pt.new_version is None:
         pt.verified = False
@@ -319,7 +349,22 @@ def _verify(spark: SparkSession, pt: RollbackPoint, window: str | None,
                  delta_ops.read_version(spark, ref, version))
     if window:
         now, then = now.filter(window), then.filter(window)
-    same_rows = table_fingerprint(now) == table_fingerprint(then)
+    try:
+        same_rows = table_fingerprint(now) == (pt.expected or table_fingerprint(then))
+        if window and pt.later_commits:  # undone outside the window too: every file is read
+            delta_ops.read_all_files(delta_ops.read_version(spark, ref, restored))
+    except Exception as exc:
+        gone = delta_ops.gone_file(exc)
+        if gone is None:
+            raise
+        pt.verified = False
+        out(f"{pt.dataset}: {restore_statement(ref, version)} -> version {restored}, which "
+            f"cannot be read: {gone} is gone")
+        raise GateFailedError(
+            f"{pt.dataset}: after RESTORE, version {restored} cannot be read ({gone} is gone, "
+            f"VACUUM?). Publish stays paused: restore version {restored - 1} to take back the "
+            f"table as it was before the rollback ({restore_statement(ref, restored - 1)})"
+        ) from exc
     pt.verified = same_files and same_rows
     out(f"{pt.dataset}: {restore_statement(ref, version)} -> version {pt.new_version}; "
         + (f"verified: same data files and {'window ' if window else ''}content as version "

@@ -40,7 +40,12 @@ from sparkguard.delta_ops.conflicts import (
     protocol_refusal,
     with_conflict_retry,
 )
-from sparkguard.delta_ops.files import missing_files_for_version, snapshot_files
+from sparkguard.delta_ops.files import (
+    gone_file,
+    missing_files_for_version,
+    read_all_files,
+    snapshot_files,
+)
 from sparkguard.delta_ops.log_tables import (
     LOG_TABLE_PROPERTIES,
     append_rows,
@@ -86,6 +91,7 @@ __all__ = [
     "detail",
     "find_commit",
     "foreign_commits",
+    "gone_file",
     "history",
     "is_conflict",
     "isolated_session",
@@ -101,6 +107,7 @@ __all__ = [
     "promoted_since",
     "promotion_state",
     "protocol_refusal",
+    "read_all_files",
     "read_resolved",
     "read_table",
     "read_version",

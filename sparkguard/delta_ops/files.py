@@ -1,5 +1,6 @@
 """Data files of a snapshot and which of them are gone: what a RESTORE to an old version
-needs (rollback's blast-radius check)."""
+needs (rollback's blast-radius check). A snapshot also needs its deletion vectors' files, which
+no file listing names; a read of the snapshot finds those (:func:`read_all_files`)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,22 @@ import re
 from urllib.parse import unquote
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from sparkguard.delta_ops.tables import read_table, read_version
 from sparkguard.sql import TableRef
 
-__all__ = ["missing_files_for_version", "snapshot_files"]
+__all__ = ["gone_file", "missing_files_for_version", "read_all_files", "snapshot_files"]
 
 
 # a path is read as a glob pattern; these characters of a folder's name are escaped
 _GLOB_CHARS = re.compile(r"([*?\[\]{}\\])")
+# how a read names a file that is gone: the file itself (a deletion vector's, on the JVM's
+# FileNotFoundException), else the data file whose read failed (Spark's error class)
+_NOT_FOUND = re.compile(r"FileNotFoundException: (?:File )?(\S+) does not exist")
+_READ_FAILED = re.compile(r"FAILED_READ_FILE\.FILE_NOT_EXIST\]? Encountered error while reading "
+                          r"file (\S+?)\.? File does not exist")
 
 
 def snapshot_files(spark: SparkSession, ref: TableRef, version: int | None = None) -> set[str]:
@@ -64,3 +71,21 @@ def _file_names(spark: SparkSession, folder: str) -> set[str]:
         return set()
     names = {f.rsplit("/", 1)[1] for f in listed}
     return names | {unquote(n) for n in names}
+
+
+def read_all_files(df: DataFrame) -> None:
+    """Open every file ``df`` (a Delta snapshot, maybe filtered) reads, with its deletion
+    vector, reading no column; one row comes back. A plain count would not do: Delta answers
+    it from the log's statistics without opening a file."""
+    df.select(F.input_file_name().alias("f")).agg(F.sum(F.length("f"))).first()
+
+
+def gone_file(exc: BaseException) -> str | None:
+    """The file a failed read could not find (a data file, or a deletion vector's file), or
+    None when ``exc`` is another failure."""
+    text = str(exc)
+    for pattern in (_NOT_FOUND, _READ_FAILED):
+        found = pattern.search(text)
+        if found:
+            return found.group(1)
+    return None

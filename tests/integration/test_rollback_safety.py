@@ -5,6 +5,7 @@ records itself in ledger and evidence, and finishes after a crash without restor
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import io
 import json
 import shutil
@@ -366,3 +367,107 @@ def test_rollback_of_a_target_a_newer_delta_upgraded_says_so_and_writes_nothing(
     assert max(int(p.stem) for p in (target / "_delta_log").glob("*.json")) == version
     assert not is_paused(spark, str(target), str(root / "_sg"))
     assert run_progress(Ledger(spark, str(root / "_sg")).run_events(run_id)).state == "done"
+
+
+def _vacuum(spark: Any, target: Path) -> None:
+    """VACUUM everything the current snapshot does not reference (this call only)."""
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, "false")
+    try:
+        spark.sql(f"VACUUM delta.`{target}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.set(key, old) if old is not None else spark.conf.unset(key)
+
+
+def _deletion_vectors(target: Path) -> set[str]:
+    return {p.name for p in target.glob("deletion_vector_*.bin")}
+
+
+def _with_deletion_vectors(spark: Any, base_lake: Path, root: Path, day: int
+                           ) -> tuple[Path, str]:
+    """The base lake with deletion vectors on its target, rows of one day deleted (one deletion
+    vector file), and a merge_changed backfill promoted over it: the target, and the name of
+    that deletion vector's file."""
+    copy_lake(base_lake, root)
+    target = root / "target" / "orders_clean"
+    spark.sql(f"ALTER TABLE delta.`{target}` SET TBLPROPERTIES "
+              "('delta.enableDeletionVectors' = 'true')")
+    spark.sql(f"DELETE FROM delta.`{target}` WHERE order_id % 17 = 0 "
+              f"AND order_date = DATE'{START + dt.timedelta(days=day)}'")
+    (dv,) = _deletion_vectors(target)
+    plan = write_plan(root, promotion="merge_changed")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["run", "--plan", str(plan), "--home", str(root / "_sg"),
+                     "--evidence-dir", str(root / "evidence")]) == 0
+    return target, dv
+
+
+def test_rollback_refused_when_vacuum_removed_a_deletion_vector_the_window_needs(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any) -> None:
+    """A merge_changed promotion marks rows of a file that already had a deletion vector: the
+    file stays, its deletion vector is replaced, and VACUUM removes the old one. Every data file
+    the recorded version lists is there, yet a RESTORE would commit a table no query can read:
+    the rollback reads the recorded version first and refuses (exit 2, nothing restored)."""
+    target, old_dv = _with_deletion_vectors(spark, base_lake, tmp_path / "lake", day=3)  # window
+    (prog,) = Ledger(spark, str(tmp_path / "lake" / "_sg")).latest_runs()
+    promoted = _frozen(spark, _read(spark, target))
+    _vacuum(spark, target)
+    assert old_dv not in _deletion_vectors(target)
+    point = prog.targets["orders_clean"].rollback_version
+    assert point is not None
+    assert delta_ops.missing_files_for_version(spark, TableRef(path=str(target)), point) == []
+    n = len(_history(spark, target))
+    assert _rollback(tmp_path / "lake", prog.run_id) == 2
+    err = capsys.readouterr().err
+    assert f"version {point} can no longer be restored" in err and old_dv in err
+    assert len(_history(spark, target)) == n  # no RESTORE
+    assert_df_equality(_read(spark, target), promoted, ignore_nullable=True)  # still readable
+    assert run_progress(Ledger(spark, str(tmp_path / "lake" / "_sg")).run_events(
+        prog.run_id)).state == "done"
+
+
+def test_a_forced_rollback_reads_the_whole_recorded_version_before_and_after_its_restore(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """Another writer deletes rows outside the window after the promotion, on a file with a
+    deletion vector, and VACUUM removes the replaced one. A forced rollback (it undoes that
+    DELETE) reads every file of the recorded version, not only the window: refused, nothing
+    restored. When VACUUM runs between that check and the RESTORE, the verification reads the
+    restored table, fails (exit 1, publish stays paused) and says which RESTORE takes the table
+    back; that statement does."""
+    root = tmp_path / "lake"
+    target, old_dv = _with_deletion_vectors(spark, base_lake, root, day=0)  # outside the window
+    spark.sql(f"DELETE FROM delta.`{target}` WHERE order_id % 19 = 0 "
+              f"AND order_date = DATE'{START}'")
+    (prog,) = Ledger(spark, str(root / "_sg")).latest_runs()
+    snapshot = tmp_path / "snapshot"
+    shutil.copytree(root, snapshot)
+    before_rollback = _frozen(spark, _read(spark, target))
+    _vacuum(spark, target)
+    assert old_dv not in _deletion_vectors(target)
+    n = len(_history(spark, target))
+    assert _rollback(root, prog.run_id) == 2
+    assert "--force" in capsys.readouterr().err
+    assert _rollback(root, prog.run_id, "--force") == 2
+    err = capsys.readouterr().err
+    assert "can no longer be restored" in err and old_dv in err and "nothing was restored" in err
+    assert len(_history(spark, target)) == n
+    assert_df_equality(_read(spark, target), before_rollback, ignore_nullable=True)
+    # the same lake before that VACUUM, which now lands between the check and the RESTORE
+    put_back(spark, snapshot, root)
+    real_restore = delta_ops.restore
+
+    def vacuum_then_restore(*args: Any, **kwargs: Any) -> None:
+        _vacuum(spark, target)
+        real_restore(*args, **kwargs)
+
+    monkeypatch.setattr(delta_ops, "restore", vacuum_then_restore)
+    assert _rollback(root, prog.run_id, "--force") == 1
+    err = capsys.readouterr().err
+    restored = _history(spark, target)[-1]
+    assert restored["operation"] == "RESTORE" and "cannot be read" in err and old_dv in err
+    assert is_paused(str(root / "_sg"), str(target))
+    back = f"RESTORE TABLE delta.`{target}` TO VERSION AS OF {restored['version'] - 1}"
+    assert back in err
+    spark.sql(back)
+    assert_df_equality(_read(spark, target), before_rollback, ignore_nullable=True)

@@ -106,3 +106,25 @@ def test_functions_tests_replace_on_delta_ops_are_looked_up_there() -> None:
                     and isinstance(node.value, ast.Name) and node.value.id == "delta_ops":
                 callers[node.attr].append(_module(path))
     assert all(callers.values()), f"no caller reaches these through delta_ops: {callers}"
+
+
+@pytest.mark.parametrize(("message", "gone"), [
+    # classic PySpark (py4j): Spark's error on the data file, then the JVM's cause naming the
+    # deletion vector's file
+    ("An error occurred while calling o5440.count.\n: org.apache.spark.SparkException: "
+     "[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file "
+     "file:/lake/t/d=2026-05-04/part-0.c000.snappy.parquet. File does not exist. It is possible "
+     "the underlying files have been updated.\nCaused by: java.io.FileNotFoundException: File "
+     "file:/lake/t/deletion_vector_249044ee.bin does not exist",
+     "file:/lake/t/deletion_vector_249044ee.bin"),
+    # Spark Connect: the error class and its message only
+    ("[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file "
+     "s3://b/t/d=2026-05-04/part-0.c000.snappy.parquet. File does not exist. It is possible "
+     "the underlying files have been updated.", "s3://b/t/d=2026-05-04/part-0.c000.snappy.parquet"),
+    ("[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added", None),
+    ("[PATH_NOT_FOUND] Path does not exist: file:/lake/t.", None),
+])
+def test_a_failed_read_names_the_file_that_is_gone(message: str, gone: str | None) -> None:
+    from sparkguard.delta_ops.files import gone_file
+
+    assert gone_file(RuntimeError(message)) == gone
