@@ -35,6 +35,7 @@ from sparkguard.plan.model import (
     WindowType,
 )
 from sparkguard.plan.window_spec import range_window
+from sparkguard.spark_types import holds_type
 from sparkguard.sql import (
     RESERVED_PREFIX,
     PartitionType,
@@ -72,6 +73,9 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
     "retention_unreadable": (Severity.WARN, "a retention property cannot be parsed"),
     "target_append_only": (Severity.BLOCK, "a target is append-only (delta.appendOnly): Delta "
                            "refuses the promotion's deletes and updates"),
+    "variant_deletion_vectors": (Severity.WARN, "a merge promotion into a target with a VARIANT "
+                                 "column and deletion vectors: Spark 4.0.1 cannot read the "
+                                 "files it writes (apache/spark#54006)"),
     "table_unreadable": (Severity.BLOCK, "this client's Delta cannot read the source or a target "
                          "(a reader version or table feature it does not support)"),
     "target_not_writable": (Severity.BLOCK, "this client's Delta cannot write a target (a writer "
@@ -286,6 +290,18 @@ class _Live:
                      "refuses the promotion, which deletes or updates the window's rows",
                      f"for the backfill, ALTER TABLE {ref.sql} SET TBLPROPERTIES "
                      "('delta.appendOnly' = 'false'); set it back after")
+        if (t.promotion is not Promotion.REPLACE_WHERE
+                and str(props.get("delta.enableDeletionVectors", "")).strip().lower() == "true"
+                and holds_type(df.schema, T.VariantType)):
+            self.add("variant_deletion_vectors", f"{path}.promotion",
+                     f"target {ref.display!r} has a VARIANT column and deletion vectors: a "
+                     f"{t.promotion.value} promotion marks replaced rows in deletion vectors, and "
+                     "Spark 4.0.1 cannot read a VARIANT column from such a file "
+                     "(apache/spark#54006); on a Spark with that bug the verification fails "
+                     "and the run restores the target (exit 3)",
+                     "set promotion: replace_where, or turn deletion vectors off for the "
+                     f"backfill (ALTER TABLE {ref.sql} SET TBLPROPERTIES "
+                     "('delta.enableDeletionVectors' = 'false'))")
         rules = delta_ops.write_checks(self.spark, ref, detail)
         if rules.write_refused:
             self.add("target_not_writable", f"{path}.dataset",

@@ -336,6 +336,34 @@ def test_an_append_only_target_blocks_before_anything_is_written(spark, base, tm
     assert not [f for f in live_findings(spark, _plan(base)) if f.code == "target_append_only"]
 
 
+def test_a_merge_into_a_target_with_a_variant_column_and_deletion_vectors_is_warned(
+        spark, base, tmp_path):
+    """Spark 4.0.1 cannot read a VARIANT column from a file with a deletion vector, which a
+    MERGE writes: the guard warns for merge and merge_changed, not for replace_where (it
+    replaces whole files), nor without deletion vectors."""
+    path = tmp_path / "orders_variant"
+    (spark.read.format("delta").load(str(base / "target" / "orders_clean"))
+     .withColumn("attrs", F.parse_json(F.lit('{"a": 1}'))).write.format("delta")
+     .partitionBy("order_date").option("delta.enableDeletionVectors", "true").save(str(path)))
+
+    def codes(promotion, dataset=str(path)):
+        def mutate(p):
+            p["targets"][0].update(dataset=dataset, promotion=promotion)
+            p["execution"]["write_strategy"] = f"{promotion} over the window, one commit"
+        return [f for f in live_findings(spark, _plan(base, mutate))
+                if f.code == "variant_deletion_vectors"]
+    found = codes("merge_changed")
+    assert [(f.severity, f.path) for f in found] == [
+        (Severity.WARN, "backfill_plan.targets[0].promotion")]
+    assert "replace_where" in found[0].fix and "enableDeletionVectors" in found[0].fix
+    assert len(codes("merge")) == 1
+    assert codes("replace_where") == []
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+              "('delta.enableDeletionVectors' = 'false')")
+    assert codes("merge_changed") == []
+    assert codes("merge", str(base / "target" / "orders_clean")) == []
+
+
 def test_a_target_column_named_like_sparkguards_own_is_refused_before_anything_is_written(
         spark, base_lake, tmp_path, capsys):
     """A target column ``__SG_Side`` (the prefix in any case) would be read in place of the
@@ -470,6 +498,7 @@ def test_live_rules_have_tests():
               "window_not_in_source", "transform_invalid", "metric_expr_invalid",
               "retention_too_short", "blast_radius", "retention_unreadable",
               "target_append_only", "target_not_writable", "table_unreadable",
+              "variant_deletion_vectors",
               "identity_replace_where", "identity_column_named",  # test_identity_columns.py
               "window_rewrites_most",  # this one in test_windows_guard.py, the next in
               "window_zone_dependent"}  # test_windows_e2e.py
