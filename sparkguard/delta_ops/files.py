@@ -74,10 +74,13 @@ def _file_names(spark: SparkSession, folder: str) -> set[str]:
 
 
 def read_all_files(df: DataFrame) -> None:
-    """Open every file ``df`` (a Delta snapshot, maybe filtered) reads, with its deletion
-    vector, reading no column; one row comes back. A plain count would not do: Delta answers
-    it from the log's statistics without opening a file."""
-    df.select(F.input_file_name().alias("f")).agg(F.sum(F.length("f"))).first()
+    """Open every file ``df`` (a Delta snapshot) reads, with its deletion vector, reading no
+    data column; one row comes back. A plain count would not do: Delta answers it from the
+    log's statistics without opening a file. The file path comes from the ``_metadata``
+    column (``input_file_name()`` is refused on Unity Catalog and by Databricks Runtime 17.3
+    and later)."""
+    path = df.metadataColumn("_metadata").getField("file_path")
+    df.select(path.alias("f")).agg(F.sum(F.length("f"))).first()
 
 
 def gone_file(exc: BaseException) -> str | None:
