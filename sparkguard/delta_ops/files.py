@@ -35,6 +35,7 @@ def snapshot_files(spark: SparkSession, ref: TableRef, version: int | None = Non
 def missing_files_for_version(spark: SparkSession, ref: TableRef, version: int,
                               limit: int = 20) -> list[str]:
     """Data files the snapshot at ``version`` needs that are gone (e.g. VACUUMed); bounded.
+    A folder that cannot be listed is skipped: rollback then relies on reading the version.
 
     Only files absent from the current snapshot can have been vacuumed, so only those are
     checked, with one listing per parent directory (object stores: one LIST per partition
@@ -54,6 +55,8 @@ def missing_files_for_version(spark: SparkSession, ref: TableRef, version: int,
     missing: list[str] = []
     for folder, files in by_dir.items():
         present = _file_names(spark, folder)
+        if present is None:  # listing refused: the rollback's read of the version tells
+            continue
         for f in files:
             if f.rsplit("/", 1)[1] not in present and unquote(f.rsplit("/", 1)[1]) not in present:
                 missing.append(f)
@@ -62,13 +65,16 @@ def missing_files_for_version(spark: SparkSession, ref: TableRef, version: int,
     return missing
 
 
-def _file_names(spark: SparkSession, folder: str) -> set[str]:
+def _file_names(spark: SparkSession, folder: str) -> set[str] | None:
     """Names of the files under ``folder`` (hidden ``_``/``.`` entries excluded, as Spark lists
-    data files); empty when the folder itself is gone."""
+    data files); empty when the folder itself is gone; None when listing it is refused (Unity
+    Catalog refuses path access to a managed table's folder, say)."""
     try:
         listed = spark.read.format("binaryFile").load(_GLOB_CHARS.sub(r"\\\1", folder)).inputFiles()
-    except AnalysisException:  # PATH_NOT_FOUND: the directory is gone
-        return set()
+    except AnalysisException as exc:
+        return set() if "PATH_NOT_FOUND" in str(exc) else None
+    except Exception:  # a refusal the storage raises as another error
+        return None
     names = {f.rsplit("/", 1)[1] for f in listed}
     return names | {unquote(n) for n in names}
 

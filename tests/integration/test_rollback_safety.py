@@ -145,7 +145,7 @@ def test_rollback_refused_when_others_committed_unless_forced_and_finished_after
 
 
 def test_rollback_refused_before_restore_when_vacuum_removed_needed_files(
-        spark: Any, promoted: Promoted, tmp_path: Path, capsys: Any) -> None:
+        spark: Any, promoted: Promoted, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
     root, run_id, _before = promoted
     target = root / "target" / "orders_clean"
     prog = run_progress(Ledger(spark, str(root / "_sg")).run_events(run_id))
@@ -168,6 +168,16 @@ def test_rollback_refused_before_restore_when_vacuum_removed_needed_files(
     assert f"version {point} can no longer be restored" in err and "VACUUM" in err
     assert len(_history(spark, target)) == n  # no RESTORE
     assert run_progress(Ledger(spark, str(root / "_sg")).run_events(run_id)).state == "done"
+    # where the storage refuses to list a table's folders (Unity Catalog and a managed table's
+    # location), the listing names nothing, and reading the recorded version refuses instead
+    from sparkguard.delta_ops import files
+
+    monkeypatch.setattr(files, "_file_names", lambda _s, _f: None)
+    assert delta_ops.missing_files_for_version(spark, ref, point) == []
+    assert _rollback(root, run_id) == 2
+    err = capsys.readouterr().err
+    assert f"version {point} can no longer be restored" in err and any(m in err for m in missing)
+    assert len(_history(spark, target)) == n
 
 
 @pytest.mark.parametrize("policy", ["delete", "keep"])
