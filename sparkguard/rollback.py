@@ -59,6 +59,7 @@ class RollbackPoint:
     later_commits: tuple[dict[str, Any], ...] = ()  # by other writers after the promotion
     missing_files: tuple[str, ...] = ()
     expected: dict[str, int] | None = None  # the recorded version's window fingerprint, read
+    read_all: bool = False  # every file is read, not only the window's (see _unreadable)
     new_version: int | None = None
     verified: bool = False
     recorded_rollback_version: int | None = None  # the ledger's, when the history moved it
@@ -122,8 +123,10 @@ def check_rollback(spark: SparkSession, prog: RunProgress, window: str | None = 
             pt.later_commits = tuple(delta_ops.foreign_commits(
                 delta_ops.commits_since(spark, ref, pt.promoted_version), prog.run_id,
                 data_only=True))
+            unlisted: list[str] = []
             pt.missing_files = tuple(delta_ops.missing_files_for_version(
-                spark, ref, pt.rollback_version))
+                spark, ref, pt.rollback_version, unlisted=unlisted))
+            pt.read_all = bool(pt.later_commits or unlisted)
             if not pt.missing_files and (force or not pt.later_commits):
                 pt.missing_files = _unreadable(spark, pt, window)
         points.append(pt)
@@ -135,11 +138,12 @@ def _unreadable(spark: SparkSession, pt: RollbackPoint, window: str | None) -> t
     deletion vector a later commit replaced on a file it kept, then VACUUM removed (RESTORE
     would commit, and leave a table no query can read). Reads the window (its fingerprint is
     kept for the verification), and every file of the table when other writers' commits
-    are undone too (they may have changed deletion vectors outside the window)."""
+    are undone too (they may have changed deletion vectors outside the window) or when the
+    storage refused to list a folder (the listing checked nothing there)."""
     then = delta_ops.read_version(spark, pt.ref, pt.rollback_version)
     try:
         pt.expected = table_fingerprint(then.filter(window) if window else then)
-        if window and pt.later_commits:
+        if window and pt.read_all:
             delta_ops.read_all_files(then)
     except Exception as exc:
         gone = delta_ops.gone_file(exc)
@@ -351,7 +355,9 @@ def _verify(spark: SparkSession, pt: RollbackPoint, window: str | None,
         now, then = now.filter(window), then.filter(window)
     try:
         same_rows = table_fingerprint(now) == (pt.expected or table_fingerprint(then))
-        if window and pt.later_commits:  # undone outside the window too: every file is read
+        # every file, when the window's alone may not show a gone one: others' commits undone,
+        # a folder not listed, or a re-run (it does not know what the first attempt undid)
+        if window and (pt.read_all or pt.already_rolled_back is not None):
             delta_ops.read_all_files(delta_ops.read_version(spark, ref, restored))
     except Exception as exc:
         gone = delta_ops.gone_file(exc)
@@ -361,10 +367,9 @@ def _verify(spark: SparkSession, pt: RollbackPoint, window: str | None,
         out(f"{pt.dataset}: {restore_statement(ref, version)} -> version {restored}, which "
             f"cannot be read: {gone} is gone")
         raise GateFailedError(
-            f"{pt.dataset}: after RESTORE, version {restored} cannot be read ({gone} is gone, "
-            f"VACUUM?). Publish stays paused: restore version {restored - 1} to take back the "
-            f"table as it was before the rollback ({restore_statement(ref, restored - 1)})"
-        ) from exc
+            f"{pt.dataset}: after RESTORE, version {restored} (the files of version {version}) "
+            f"cannot be read: {gone} is gone (VACUUM?); version {version} can no longer be "
+            f"restored. Publish stays paused. {_take_back(spark, ref, restored)}") from exc
     pt.verified = same_files and same_rows
     out(f"{pt.dataset}: {restore_statement(ref, version)} -> version {pt.new_version}; "
         + (f"verified: same data files and {'window ' if window else ''}content as version "
@@ -372,6 +377,17 @@ def _verify(spark: SparkSession, pt: RollbackPoint, window: str | None,
     if not pt.verified:
         raise GateFailedError(f"{pt.dataset}: after RESTORE the table differs from version "
                               f"{version} (files equal: {same_files}, content equal: {same_rows})")
+
+
+def _take_back(spark: SparkSession, ref: TableRef, restored: int) -> str:
+    """What returns the table to its content before the rollback's RESTORE ``restored``: the
+    version before it, while no commit came after it (else that would undo those too)."""
+    newest = delta_ops.current_version(spark, ref)
+    if newest == restored:
+        return (f"To take back the table as it was before the rollback: "
+                f"{restore_statement(ref, restored - 1)}")
+    return (f"Commits landed after that RESTORE (newest version {newest}); read the table's "
+            "history before restoring anything")
 
 
 def _user() -> str:

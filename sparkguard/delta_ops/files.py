@@ -19,11 +19,21 @@ __all__ = ["gone_file", "missing_files_for_version", "read_all_files", "snapshot
 
 # a path is read as a glob pattern; these characters of a folder's name are escaped
 _GLOB_CHARS = re.compile(r"([*?\[\]{}\\])")
-# how a read names a file that is gone: the file itself (a deletion vector's, on the JVM's
-# FileNotFoundException), else the data file whose read failed (Spark's error class)
-_NOT_FOUND = re.compile(r"FileNotFoundException: (?:File )?(\S+) does not exist")
-_READ_FAILED = re.compile(r"FAILED_READ_FILE\.FILE_NOT_EXIST\]? Encountered error while reading "
-                          r"file (\S+?)\.? File does not exist")
+# how a failed read names a file that is gone, most precise first: the JVM's cause (a deletion
+# vector's file; S3A words it differently), else the data file whose read failed (Spark's
+# error class, all a Spark Connect client may get)
+_GONE = [re.compile(p) for p in (
+    r"FileNotFoundException: File ([^\n]+?) does not exist",
+    r"FileNotFoundException: No such file or directory: ([^\n\s]+)",
+    r"FileNotFoundException: ([^\n\s]+) \(No such file or directory\)",
+    r"FAILED_READ_FILE\.FILE_NOT_EXIST\]? Encountered error while reading file ([^\n]+?)\.? "
+    r"File does not exist")]
+# a read failing on a missing file whose message names none this module can parse
+_GONE_UNNAMED = ("FileNotFoundException", "FILE_NOT_EXIST", "DELTA_FILE_NOT_FOUND")
+# a folder listing the storage refused (Unity Catalog: path access to a managed table's
+# folder), not a failure of the storage itself
+_LIST_REFUSED = ("PERMISSION_DENIED", "INSUFFICIENT_PERMISSIONS", "UNAUTHORIZED", "AccessDenied",
+                 "Forbidden", "not allowed", "UC_")
 
 
 def snapshot_files(spark: SparkSession, ref: TableRef, version: int | None = None) -> set[str]:
@@ -33,9 +43,10 @@ def snapshot_files(spark: SparkSession, ref: TableRef, version: int | None = Non
 
 
 def missing_files_for_version(spark: SparkSession, ref: TableRef, version: int,
-                              limit: int = 20) -> list[str]:
+                              limit: int = 20, unlisted: list[str] | None = None) -> list[str]:
     """Data files the snapshot at ``version`` needs that are gone (e.g. VACUUMed); bounded.
-    A folder that cannot be listed is skipped: rollback then relies on reading the version.
+    A folder the storage refuses to list is skipped and added to ``unlisted``: the caller then
+    reads the snapshot's files instead (:func:`read_all_files`).
 
     Only files absent from the current snapshot can have been vacuumed, so only those are
     checked, with one listing per parent directory (object stores: one LIST per partition
@@ -55,7 +66,9 @@ def missing_files_for_version(spark: SparkSession, ref: TableRef, version: int,
     missing: list[str] = []
     for folder, files in by_dir.items():
         present = _file_names(spark, folder)
-        if present is None:  # listing refused: the rollback's read of the version tells
+        if present is None:
+            if unlisted is not None:
+                unlisted.append(folder)
             continue
         for f in files:
             if f.rsplit("/", 1)[1] not in present and unquote(f.rsplit("/", 1)[1]) not in present:
@@ -71,10 +84,12 @@ def _file_names(spark: SparkSession, folder: str) -> set[str] | None:
     Catalog refuses path access to a managed table's folder, say)."""
     try:
         listed = spark.read.format("binaryFile").load(_GLOB_CHARS.sub(r"\\\1", folder)).inputFiles()
-    except AnalysisException as exc:
-        return set() if "PATH_NOT_FOUND" in str(exc) else None
-    except Exception:  # a refusal the storage raises as another error
-        return None
+    except Exception as exc:
+        if isinstance(exc, AnalysisException) and "PATH_NOT_FOUND" in str(exc):
+            return set()
+        if any(word in str(exc) for word in _LIST_REFUSED):
+            return None
+        raise
     names = {f.rsplit("/", 1)[1] for f in listed}
     return names | {unquote(n) for n in names}
 
@@ -93,8 +108,10 @@ def gone_file(exc: BaseException) -> str | None:
     """The file a failed read could not find (a data file, or a deletion vector's file), or
     None when ``exc`` is another failure."""
     text = str(exc)
-    for pattern in (_NOT_FOUND, _READ_FAILED):
+    for pattern in _GONE:
         found = pattern.search(text)
         if found:
             return found.group(1)
+    if any(word in text for word in _GONE_UNNAMED):
+        return "a file the error does not name"
     return None

@@ -379,6 +379,42 @@ def test_rollback_of_a_target_a_newer_delta_upgraded_says_so_and_writes_nothing(
     assert run_progress(Ledger(spark, str(root / "_sg")).run_events(run_id)).state == "done"
 
 
+def test_a_folder_the_storage_will_not_list_is_read_instead(
+        spark: Any, promoted: Promoted, capsys: Any, monkeypatch: Any) -> None:
+    """Unity Catalog refuses path access to a managed table's folders, so the listing checks
+    nothing there, and the rollback reads every file of the recorded version instead. OPTIMIZE
+    outside the window (it changes no row, so it is no later commit to refuse) and VACUUM
+    removed files the recorded version needs there: refused, nothing restored."""
+    from sparkguard.delta_ops import files
+
+    root, run_id, _before = promoted
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    day = f"order_date={START}"
+    # Z-ordering rewrites a partition's files, even one; then the rewritten file is removed
+    # as a VACUUM would (one that runs over that partition only: the window's old files stay,
+    # so reading the window alone would find nothing gone)
+    old = set((target / day).glob("*.parquet"))
+    spark.sql(f"OPTIMIZE delta.`{target}` WHERE order_date = DATE'{START}' ZORDER BY (order_id)")
+    for f in old:
+        f.unlink()
+    point = run_progress(Ledger(spark, home).run_events(run_id)).targets[
+        "orders_clean"].rollback_version
+    assert point is not None
+    ref = TableRef(path=str(target))
+    gone = delta_ops.missing_files_for_version(spark, ref, point)
+    assert gone and all(day in g for g in gone)  # listed: found
+    monkeypatch.setattr(files, "_file_names", lambda _s, _f: None)  # the listing refused
+    unlisted: list[str] = []
+    assert delta_ops.missing_files_for_version(spark, ref, point, unlisted=unlisted) == []
+    assert unlisted
+    n = len(_history(spark, target))
+    assert _rollback(root, run_id) == 2
+    err = capsys.readouterr().err
+    assert f"version {point} can no longer be restored" in err and any(g in err for g in gone)
+    assert len(_history(spark, target)) == n
+    assert not is_paused(home, str(target))
+
+
 def _vacuum(spark: Any, target: Path) -> None:
     """VACUUM everything the current snapshot does not reference (this call only)."""
     key = "spark.databricks.delta.retentionDurationCheck.enabled"
@@ -479,5 +515,20 @@ def test_a_forced_rollback_reads_the_whole_recorded_version_before_and_after_its
     assert is_paused(str(root / "_sg"), str(target))
     back = f"RESTORE TABLE delta.`{target}` TO VERSION AS OF {restored['version'] - 1}"
     assert back in err
+    # a re-run finds its RESTORE and reads every file of it (it cannot know what the first
+    # attempt undid): it fails the same way, and neither records rolled_back nor reopens publish
+    monkeypatch.setattr(delta_ops, "restore", real_restore)
+    home = str(root / "_sg")
+    assert _rollback(root, prog.run_id, "--force") == 1
+    assert back in capsys.readouterr().err
+    assert run_progress(Ledger(spark, home).run_events(prog.run_id)).state == "rolling_back"
+    assert is_paused(home, str(target))
     spark.sql(back)
+    assert_df_equality(_read(spark, target), before_rollback, ignore_nullable=True)
+    # after that RESTORE by hand, a re-run still refuses to call the rollback done, and does not
+    # advise restoring again (a commit now follows the rollback's RESTORE)
+    assert _rollback(root, prog.run_id, "--force") == 1
+    err = capsys.readouterr().err
+    assert "history before restoring anything" in err and back not in err
+    assert run_progress(Ledger(spark, home).run_events(prog.run_id)).state == "rolling_back"
     assert_df_equality(_read(spark, target), before_rollback, ignore_nullable=True)

@@ -121,6 +121,13 @@ def test_functions_tests_replace_on_delta_ops_are_looked_up_there() -> None:
     ("[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file "
      "s3://b/t/d=2026-05-04/part-0.c000.snappy.parquet. File does not exist. It is possible "
      "the underlying files have been updated.", "s3://b/t/d=2026-05-04/part-0.c000.snappy.parquet"),
+    # a location with a space; S3A's wording; a JVM cause naming no path
+    ("Caused by: java.io.FileNotFoundException: File file:/data/my lake/t/deletion_vector_a.bin "
+     "does not exist", "file:/data/my lake/t/deletion_vector_a.bin"),
+    ("Caused by: java.io.FileNotFoundException: No such file or directory: "
+     "s3a://b/t/deletion_vector_a.bin", "s3a://b/t/deletion_vector_a.bin"),
+    ("org.apache.spark.SparkException: task failed\nCaused by: java.io.FileNotFoundException",
+     "a file the error does not name"),
     ("[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added", None),
     ("[PATH_NOT_FOUND] Path does not exist: file:/lake/t.", None),
 ])
