@@ -100,6 +100,11 @@ _TYPE_OK: dict[PartitionType, tuple[type[T.DataType], ...]] = {
     PartitionType.STRING: (T.StringType, T.CharType, T.VarcharType),
     PartitionType.INT: (T.ByteType, T.ShortType, T.IntegerType, T.LongType),
 }
+def _flag(props: dict[str, Any], key: str) -> bool:
+    """Whether the table property ``key`` is set to true (in any case and spacing)."""
+    return str(props.get(key, "")).strip().lower() == "true"
+
+
 _ZONE_BUCKETS = 400  # buckets one query of the time-zone check counts (a scan each)
 _UNIT_DAYS = {"second": 1 / 86400, "minute": 1 / 1440, "hour": 1 / 24, "day": 1.0, "week": 7.0}
 _DEFAULT_LOG_DAYS, _DEFAULT_FILE_DAYS = 30.0, 7.0
@@ -284,14 +289,14 @@ class _Live:
                      "replacement rewrites files across the table", "partition it by the column")
         props = dict(detail["properties"] or {}) if detail else {}
         self._retention(path, ref, props)
-        if str(props.get("delta.appendOnly", "")).strip().lower() == "true":
+        if _flag(props, "delta.appendOnly"):
             self.add("target_append_only", f"{path}.dataset",
                      f"target {ref.display!r} is append-only (delta.appendOnly = true): Delta "
                      "refuses the promotion, which deletes or updates the window's rows",
                      f"for the backfill, ALTER TABLE {ref.sql} SET TBLPROPERTIES "
                      "('delta.appendOnly' = 'false'); set it back after")
         if (t.promotion is not Promotion.REPLACE_WHERE
-                and str(props.get("delta.enableDeletionVectors", "")).strip().lower() == "true"
+                and _flag(props, "delta.enableDeletionVectors")
                 and holds_type(df.schema, T.VariantType)):
             self.add("variant_deletion_vectors", f"{path}.promotion",
                      f"target {ref.display!r} has a VARIANT column and deletion vectors: a "

@@ -7,9 +7,10 @@ place, no other writer may have committed after it (``force`` overrides, and the
 RESTORE would undo are listed), and the files the recorded version needs must still exist
 (VACUUM may have removed them): its data files, listed, and its deletion vectors, which no
 listing names, by reading the recorded version's window (the whole table when other writers'
-commits are undone too). Right before each RESTORE the target's history is read again:
-a commit that landed since the check (a writer outside sparkguard) refuses that RESTORE. Then
-each target is restored in one commit tagged with the run id, and that commit (found by its
+commits are undone too, or the storage refused to list a folder). Right before each RESTORE
+the target's history is read again: a commit that landed since the check (a writer outside
+sparkguard) refuses that RESTORE. Then each target is restored in one commit tagged with the
+run id, and that commit (found by its
 userMetadata, so later commits by other writers do not count) is verified by time travel: same
 data files as the recorded version, same window content. The rollback is recorded in the
 ledger and in the run's evidence. From before the first RESTORE until ``rolled_back`` is
@@ -338,7 +339,8 @@ def _verify(spark: SparkSession, pt: RollbackPoint, window: str | None,
             out: Callable[[str], None]) -> None:
     """The rollback's RESTORE commit (``pt.new_version``) against the recorded version: same
     data files, same window content (time travel; later commits by others do not count), and
-    every file readable (the window's; the table's when others' commits were undone)."""
+    every file readable (the window's; the table's when others' commits were undone, a folder
+    was not listed, or on a re-run)."""
     ref, version = pt.ref, pt.rollback_version
     if pt.new_version is None:
         pt.verified = False
