@@ -35,7 +35,7 @@ from sparkguard.plan.model import (
     WindowType,
 )
 from sparkguard.plan.window_spec import range_window
-from sparkguard.spark_types import holds_type
+from sparkguard.spark_types import holds_type, leaf_fields
 from sparkguard.sql import (
     RESERVED_PREFIX,
     PartitionType,
@@ -73,9 +73,10 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
     "retention_unreadable": (Severity.WARN, "a retention property cannot be parsed"),
     "target_append_only": (Severity.BLOCK, "a target is append-only (delta.appendOnly): Delta "
                            "refuses the promotion's deletes and updates"),
-    "variant_deletion_vectors": (Severity.WARN, "a merge promotion into a target with a VARIANT "
-                                 "column and deletion vectors: Spark 4.0.1 cannot read the "
-                                 "files it writes (apache/spark#54006)"),
+    "variant_deletion_vectors": (Severity.WARN, "a promotion that leaves deletion vectors in a "
+                                 "target with a VARIANT column, which Spark 4.0 reads without "
+                                 "code generation (a wide table): it cannot read those files "
+                                 "(SPARK-55552)"),
     "table_unreadable": (Severity.BLOCK, "this client's Delta cannot read the source or a target "
                          "(a reader version or table feature it does not support)"),
     "target_not_writable": (Severity.BLOCK, "this client's Delta cannot write a target (a writer "
@@ -105,6 +106,10 @@ def _flag(props: dict[str, Any], key: str) -> bool:
     return str(props.get(key, "")).strip().lower() == "true"
 
 
+# Delta's columns a read of a table with deletion vectors adds to its own against
+# spark.sql.codegen.maxFields (measured on Spark 4.0.1: 92 fields read with code generation, 93
+# without, at the default 100), rounded up
+_DELTA_READ_FIELDS = 10
 _ZONE_BUCKETS = 400  # buckets one query of the time-zone check counts (a scan each)
 _UNIT_DAYS = {"second": 1 / 86400, "minute": 1 / 1440, "hour": 1 / 24, "day": 1.0, "week": 7.0}
 _DEFAULT_LOG_DAYS, _DEFAULT_FILE_DAYS = 30.0, 7.0
@@ -295,18 +300,9 @@ class _Live:
                      "refuses the promotion, which deletes or updates the window's rows",
                      f"for the backfill, ALTER TABLE {ref.sql} SET TBLPROPERTIES "
                      "('delta.appendOnly' = 'false'); set it back after")
-        if (t.promotion is not Promotion.REPLACE_WHERE
-                and _flag(props, "delta.enableDeletionVectors")
-                and holds_type(df.schema, T.VariantType)):
-            self.add("variant_deletion_vectors", f"{path}.promotion",
-                     f"target {ref.display!r} has a VARIANT column and deletion vectors: a "
-                     f"{t.promotion.value} promotion marks replaced rows in deletion vectors, and "
-                     "Spark 4.0.1 cannot read a VARIANT column from such a file "
-                     "(apache/spark#54006); on a Spark with that bug the verification fails "
-                     "and the run restores the target (exit 3)",
-                     "set promotion: replace_where, or turn deletion vectors off for the "
-                     f"backfill (ALTER TABLE {ref.sql} SET TBLPROPERTIES "
-                     "('delta.enableDeletionVectors' = 'false'))")
+        if _flag(props, "delta.enableDeletionVectors") and holds_type(df.schema, T.VariantType):
+            self._variant_deletion_vectors(path, ref, t, df.schema,
+                                           detail["partitionColumns"] if detail else None)
         rules = delta_ops.write_checks(self.spark, ref, detail)
         if rules.write_refused:
             self.add("target_not_writable", f"{path}.dataset",
@@ -323,6 +319,50 @@ class _Live:
         if part_ok:
             self._blast_radius(path, ref, df, detail)
             self._zone_loss(df, f"target {ref.display!r}", f"{path}.dataset")
+
+    def _variant_deletion_vectors(self, path: str, ref: TableRef, t: TargetSpec,
+                                  schema: T.StructType, partitioned_by: list[str] | None) -> None:
+        """Spark 4.0 (SPARK-55552; 4.0.1 to 4.0.5 measured) fails to read a VARIANT column from a
+        file with a deletion vector when it reads rows without whole-stage code generation: a
+        session with it off, or a read of more fields than ``spark.sql.codegen.maxFields``
+        counting Delta's own columns. A promotion that leaves such files (a MERGE; a
+        replaceWhere over columns the table is not partitioned by) then fails its verification
+        (restored, exit 3), and a rollback to it fails before restoring."""
+        window = ((self.p,) if self.rw is None
+                  else tuple(c for c in (self.rw.column, self.rw.hour_column) if c))
+        parts = {c.lower() for c in partitioned_by or []}
+        whole_files = all(c.lower() in parts for c in window)
+        if t.promotion is Promotion.REPLACE_WHERE and whole_files:
+            return
+        fields = leaf_fields(schema)
+        codegen = str(self.spark.conf.get("spark.sql.codegen.wholeStage", "true")).lower()
+        try:
+            most = int(str(self.spark.conf.get("spark.sql.codegen.maxFields", "100")))
+        except ValueError:
+            most = 100
+        if codegen == "true" and fields + _DELTA_READ_FIELDS <= most:
+            return
+        why = ("this session reads without whole-stage code generation "
+               "(spark.sql.codegen.wholeStage = false)" if codegen != "true" else
+               f"its {fields} fields and Delta's own columns pass spark.sql.codegen.maxFields "
+               f"({most}), so Spark reads its rows without whole-stage code generation")
+        how = ("marks the rows it replaces in deletion vectors"
+               if t.promotion is not Promotion.REPLACE_WHERE else
+               f"over {', '.join(window)}, which the table is not partitioned by, deletes the "
+               "window's rows from files it keeps, in deletion vectors")
+        fixes = [f"run with --conf spark.sql.codegen.maxFields={fields + 2 * _DELTA_READ_FIELDS}"
+                 if codegen == "true" else "turn spark.sql.codegen.wholeStage on for the run",
+                 f"turn deletion vectors off for the backfill (ALTER TABLE {ref.sql} SET "
+                 "TBLPROPERTIES ('delta.enableDeletionVectors' = 'false'))"]
+        if whole_files:
+            fixes.append("set promotion: replace_where (it replaces whole files)")
+        self.add("variant_deletion_vectors", f"{path}.promotion",
+                 f"target {ref.display!r} has a VARIANT column and deletion vectors, and {why}: "
+                 f"a {t.promotion.value} promotion {how}, and this Spark cannot read a VARIANT "
+                 "column from such a file without code generation (SPARK-55552, in Spark 4.0.1 "
+                 "to 4.0.5): the verification would fail and restore the target (exit 3), and a "
+                 "rollback to a version holding such files fails before restoring (exit 3)",
+                 "; or ".join(fixes))
 
     def _identity(self, path: str, index: int, ref: TableRef, t: TargetSpec,
                   rules: delta_ops.WriteChecks) -> None:

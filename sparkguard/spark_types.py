@@ -9,7 +9,8 @@ from pyspark.sql import types as T
 
 from sparkguard.sql import quote_column
 
-__all__ = ["field_names", "holds_type", "holds_unordered", "same_field_names", "sql_type"]
+__all__ = ["field_names", "holds_type", "holds_unordered", "leaf_fields", "same_field_names",
+           "sql_type"]
 
 
 def holds_type(dtype: T.DataType, *kinds: type[T.DataType]) -> bool:
@@ -41,6 +42,20 @@ def field_names(dtype: T.DataType) -> Iterator[str]:
     elif isinstance(dtype, T.MapType):
         yield from field_names(dtype.keyType)
         yield from field_names(dtype.valueType)
+
+
+def leaf_fields(dtype: T.DataType) -> int:
+    """Fields as Spark counts them against ``spark.sql.codegen.maxFields``: a struct's, an
+    array's and a map's leaves (a key and a value each); any other type is one."""
+    if isinstance(dtype, T.StructType):
+        return sum(leaf_fields(f.dataType) for f in dtype.fields)
+    if isinstance(dtype, T.ArrayType):
+        return leaf_fields(dtype.elementType)
+    if isinstance(dtype, T.MapType):
+        return leaf_fields(dtype.keyType) + leaf_fields(dtype.valueType)
+    if isinstance(dtype, T.UserDefinedType):
+        return leaf_fields(dtype.sqlType())
+    return 1
 
 
 def sql_type(dtype: T.DataType) -> str:

@@ -336,15 +336,20 @@ def test_an_append_only_target_blocks_before_anything_is_written(spark, base, tm
     assert not [f for f in live_findings(spark, _plan(base)) if f.code == "target_append_only"]
 
 
-def test_a_merge_into_a_target_with_a_variant_column_and_deletion_vectors_is_warned(
+def test_a_promotion_leaving_deletion_vectors_in_a_variant_target_is_warned(
         spark, base, tmp_path):
-    """Spark 4.0.1 cannot read a VARIANT column from a file with a deletion vector, which a
-    MERGE writes: the guard warns for merge and merge_changed, not for replace_where (it
-    replaces whole files), nor without deletion vectors."""
-    path = tmp_path / "orders_variant"
-    (spark.read.format("delta").load(str(base / "target" / "orders_clean"))
-     .withColumn("attrs", F.parse_json(F.lit('{"a": 1}'))).write.format("delta")
-     .partitionBy("order_date").option("delta.enableDeletionVectors", "true").save(str(path)))
+    """Spark 4.0 cannot read a VARIANT column from a file with a deletion vector when it reads
+    rows without whole-stage code generation (this test session has it off; a wide table
+    passes ``spark.sql.codegen.maxFields``): the guard warns for merge and merge_changed, and
+    for replace_where where the table is not partitioned by the window's column (it deletes
+    rows from files it keeps); not for replace_where over partitions, nor without deletion
+    vectors, nor when code generation reads the table."""
+    src = spark.read.format("delta").load(str(base / "target" / "orders_clean")).withColumn(
+        "attrs", F.parse_json(F.lit('{"a": 1}')))
+    path, flat = tmp_path / "orders_variant", tmp_path / "orders_variant_flat"
+    src.write.format("delta").partitionBy("order_date").option(
+        "delta.enableDeletionVectors", "true").save(str(path))
+    src.write.format("delta").option("delta.enableDeletionVectors", "true").save(str(flat))
 
     def codes(promotion, dataset=str(path)):
         def mutate(p):
@@ -355,9 +360,25 @@ def test_a_merge_into_a_target_with_a_variant_column_and_deletion_vectors_is_war
     found = codes("merge_changed")
     assert [(f.severity, f.path) for f in found] == [
         (Severity.WARN, "backfill_plan.targets[0].promotion")]
+    assert "spark.sql.codegen.wholeStage = false" in found[0].message
     assert "replace_where" in found[0].fix and "enableDeletionVectors" in found[0].fix
     assert len(codes("merge")) == 1
     assert codes("replace_where") == []
+    (unpartitioned,) = codes("replace_where", str(flat))
+    assert "over order_date, which the table is not partitioned by" in unpartitioned.message
+    assert "set promotion: replace_where" not in unpartitioned.fix
+    fields = len(src.columns)  # flat columns: one field each
+    try:
+        spark.conf.set("spark.sql.codegen.wholeStage", "true")
+        assert codes("merge") == []  # a narrow table is read with code generation
+        spark.conf.set("spark.sql.codegen.maxFields", str(fields + 9))
+        (wide,) = codes("merge")
+        assert (f"its {fields} fields and Delta's own columns pass spark.sql.codegen.maxFields "
+                f"({fields + 9})") in wide.message
+        assert f"--conf spark.sql.codegen.maxFields={fields + 20}" in wide.fix
+    finally:
+        spark.conf.set("spark.sql.codegen.wholeStage", "false")
+        spark.conf.unset("spark.sql.codegen.maxFields")
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
               "('delta.enableDeletionVectors' = 'false')")
     assert codes("merge_changed") == []

@@ -21,10 +21,21 @@ def test_rewrites_most_gives_the_figures_past_half_the_files_or_bytes() -> None:
     assert rewrites_most(0, 0, 0, 0) is None
 
 
-def _live(spark: Any, root: Path, layout: str, **window: Any) -> list[Any]:
+def _variant_with_deletion_vectors(spark: Any, root: Path, layout: str) -> None:
+    """The layout's target gets a VARIANT column and deletion vectors."""
+    table = layout_plan(LAYOUTS[layout], root)["backfill_plan"]["targets"][0]["dataset"]
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.feature.variantType' = "
+              "'supported', 'delta.enableDeletionVectors' = 'true')")
+    spark.sql(f"ALTER TABLE delta.`{table}` ADD COLUMNS (attrs VARIANT)")
+
+
+def _live(spark: Any, root: Path, layout: str, promotion: str | None = None,
+          **window: Any) -> list[Any]:
     from sparkguard.guard_live import live_findings
 
     data = layout_plan(LAYOUTS[layout], root)
+    if promotion:
+        data["backfill_plan"]["targets"][0]["promotion"] = promotion
     data["backfill_plan"]["window_column"].update(window)
     return live_findings(spark, load_plan_dict(data))
 
@@ -48,6 +59,13 @@ def test_live_guard_on_window_columns(spark: Any, tmp_path: Path) -> None:
     missing = _live(spark, root, "unpartitioned_ntz", name="event_time")
     assert any(f.code == "partition_column_missing" and "event_time" in f.message
                for f in missing)
+    # replace_where over a column the table is not partitioned by leaves deletion vectors,
+    # which this (interpreted) session cannot read a VARIANT column from
+    _variant_with_deletion_vectors(spark, root, "unpartitioned_ntz")
+    (variant,) = [f for f in _live(spark, root, "unpartitioned_ntz")
+                  if f.code == "variant_deletion_vectors"]
+    assert "replace_where promotion over event_ts, which the table is not partitioned by" in (
+        variant.message)
 
 
 @pytest.mark.spark
@@ -66,3 +84,9 @@ def test_live_guard_checks_both_columns_of_a_date_hour_window(spark: Any, tmp_pa
     swapped = _live(spark, root, "date_hour", name="hr", hour_column="dt")
     assert any(f.code == "partition_type_mismatch" and "'hr'" in f.message and "date" in f.message
                for f in swapped)
+    # replace_where over both partition columns replaces whole files: no deletion vectors
+    _variant_with_deletion_vectors(spark, root, "date_hour")
+    assert "variant_deletion_vectors" not in {f.code for f in _live(spark, root, "date_hour")}
+    (merge,) = [f for f in _live(spark, root, "date_hour", promotion="merge")
+                if f.code == "variant_deletion_vectors"]
+    assert "set promotion: replace_where" in merge.fix

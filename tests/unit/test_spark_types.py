@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
-from sparkguard.spark_types import field_names, same_field_names, sql_type
+from sparkguard.spark_types import field_names, leaf_fields, same_field_names, sql_type
 
 ADDR = T.StructType([T.StructField("zip code", T.StringType()),
                      T.StructField("City", T.StringType()),
@@ -19,6 +19,18 @@ def test_sql_type_backquotes_nested_names_and_keeps_their_case() -> None:
         "ARRAY<MAP<STRING, STRUCT<`zip code`: STRING, `City`: STRING, `geo.lat`: DECIMAL(9,6)>>>")
     assert sql_type(T.StructType([T.StructField("a`b", T.LongType())])) == "STRUCT<`a``b`: BIGINT>"
     assert sql_type(T.TimestampNTZType()) == "TIMESTAMP_NTZ"
+
+
+def test_leaf_fields_counts_like_spark_codegen_max_fields() -> None:
+    """Spark's count against ``spark.sql.codegen.maxFields``: struct leaves, an array's
+    element, a map's key and value; a variant or a scalar is one."""
+    dtype = T.StructType([T.StructField("id", T.LongType()),
+                          T.StructField("v", T.VariantType()),
+                          T.StructField("addr", ADDR),
+                          T.StructField("lines", T.ArrayType(ADDR)),
+                          T.StructField("tags", T.MapType(T.StringType(), ADDR))])
+    assert leaf_fields(dtype) == 1 + 1 + 3 + 3 + (1 + 3)
+    assert leaf_fields(T.StringType()) == 1
 
 
 def test_field_names_walks_arrays_maps_and_structs() -> None:
