@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--force", action="store_true",
                    help="restore even though other writers committed after the promotion")
+    p.add_argument("--abandon", metavar="REASON",
+                   help="close a rollback that stopped and cannot finish (state rolling_back): "
+                   "restores nothing, records where each target is, keeps publish paused")
     p.set_defaults(func=cmd_rollback)
 
     p = sub.add_parser("status", help="runs, slices, states and next action")

@@ -245,6 +245,15 @@ def render_markdown(data: dict[str, Any]) -> str:
     for t in sg["targets"]:
         lines += _target(data, t)
     for rb in sg.get("rollbacks") or []:
+        if rb.get("abandoned") is not None:
+            lines += ["", f"## Rollback abandoned at {_line(rb['at'])} by {_line(rb['by'])}", "",
+                      f"Reason: {_line(rb['abandoned'])}", ""]
+            lines += [f"- {_code(r['dataset'])}: " + (
+                f"restored to version {r['rollback_version']} (new version "
+                f"{r['restored_version']})" if r.get("restored_version") is not None
+                else "not restored") + f"; version now {r['current_version']}"
+                for r in rb.get("targets") or []]
+            continue
         lines += ["", f"## Rolled back at {_line(rb['at'])} by {_line(rb['by'])}"
                       f"{' (forced)' if rb.get('forced') else ''}", ""]
         lines += [f"- {_code(r['dataset'])}: restored to version {r['rollback_version']} (new "

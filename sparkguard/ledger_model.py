@@ -163,7 +163,13 @@ def next_action(prog: RunProgress) -> str:
     if prog.state == "rolled_back":
         return "nothing; the targets are back at their rollback points"
     if prog.state == "rolling_back":
-        return f"re-run `sparkguard rollback --run-id {prog.run_id}` to finish the rollback"
+        return (f"re-run `sparkguard rollback --run-id {prog.run_id}` to finish the rollback; "
+                "if it cannot finish (its rollback point's files are gone), close it with "
+                f"`sparkguard rollback --run-id {prog.run_id} --abandon REASON`")
+    if prog.state == "rollback_abandoned":
+        return ("the targets stay as the abandonment recorded them and publish stays paused: "
+                "reopen it with `sparkguard publish resume TARGET` once they are right, or "
+                f"try `sparkguard rollback --run-id {prog.run_id}` again")
     if prog.state == "abandoned":
         return ("check the targets' history; if this run promoted, roll it back with "
                 f"`sparkguard rollback --run-id {prog.run_id} --force`")

@@ -39,8 +39,11 @@ RUN_STATES: dict[str, str] = {
     "abandoned": "lock taken over by another run after the stale timeout (terminal)",
     "rolling_back": "rollback of a finished run started",
     "rolled_back": "every target restored to its rollback point and verified (terminal)",
+    "rollback_abandoned": "a stopped rollback closed by an operator, unfinished: targets as its "
+                          "details list, publish still paused (terminal)",
 }
-TERMINAL_STATES = frozenset({"dry_run_passed", "done", "gate_failed", "abandoned", "rolled_back"})
+TERMINAL_STATES = frozenset({"dry_run_passed", "done", "gate_failed", "abandoned", "rolled_back",
+                             "rollback_abandoned"})
 # Per-target events: they do not change the run's overall state on their own.
 TARGET_EVENTS = frozenset({"reconciled", "target_moved", "promoting", "promoted", "verified",
                            "restored"})

@@ -26,6 +26,8 @@ EVENTS: dict[str, str] = {
     "dry_run_passed": "a dry run passed every gate; nothing changed",
     "publish_resumed": "the backfill finished and released its publish hold",
     "rolled_back": "a finished backfill was rolled back; targets are at their rollback points",
+    "rollback_abandoned": "a rollback that could not finish was closed; targets as listed in "
+                          "the payload, publish still paused",
 }
 
 

@@ -45,7 +45,7 @@ from sparkguard.publish import PublishControl
 from sparkguard.reconcile.engine import table_fingerprint
 from sparkguard.sql import PartitionType, TableRef, restore_statement, window_predicate
 
-__all__ = ["RollbackPoint", "check_rollback", "rollback_run"]
+__all__ = ["RollbackPoint", "abandon_rollback", "check_rollback", "rollback_run"]
 
 
 @dataclass
@@ -106,9 +106,7 @@ def check_rollback(spark: SparkSession, prog: RunProgress, window: str | None = 
             continue
         ref = TableRef.parse(tp.dataset)
         commits = delta_ops.commits_since(spark, ref, tp.rollback_version)
-        own = [(c, delta_ops.commit_metadata(c.get("userMetadata")) or {}) for c in commits]
-        own = [(c, m) for c, m in own if m.get("run_id") == prog.run_id
-               and m.get("target", label) == label]
+        own = _own_commits(commits, prog.run_id, label)
         state = delta_ops.promotion_state(commits, prog.run_id, label)
         pt = RollbackPoint(label, tp.dataset, tp.rollback_version, state.promoted_version)
         promotes = [int(c["version"]) for c, m in own if m.get("action") == "promote"]
@@ -153,6 +151,14 @@ def _unreadable(spark: SparkSession, pt: RollbackPoint, window: str | None) -> t
         pt.expected = None
         return (gone,)
     return ()
+
+
+def _own_commits(commits: Sequence[dict[str, Any]], run_id: str, label: str
+                 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The commits ``run_id`` made to target ``label``, each with its decoded metadata."""
+    own = [(c, delta_ops.commit_metadata(c.get("userMetadata")) or {}) for c in commits]
+    return [(c, m) for c, m in own if m.get("run_id") == run_id
+            and m.get("target", label) == label]
 
 
 def _refusals(points: Sequence[RollbackPoint], force: bool) -> list[str]:
@@ -202,6 +208,76 @@ def rollback_run(spark: SparkSession, home: str, run_id: str, *, force: bool = F
                                 notifiers=notifiers, located=located)
     finally:
         ledger.release(keys, lock_id)
+
+
+def abandon_rollback(spark: SparkSession, home: str, run_id: str, reason: str, *,
+                     out: Callable[[str], None] = print,
+                     notifiers: Sequence[Notifier] | None = None) -> list[dict[str, Any]]:
+    """Close a rollback that stopped and cannot finish (its rollback point's files are gone,
+    say): ``rolling_back`` becomes ``rollback_abandoned`` (terminal), with ``reason`` and, per
+    target, whether this rollback's RESTORE landed and the table's version now. Nothing is
+    restored; the rollback's publish hold stays (publish reopens with ``sparkguard publish
+    resume``); a later rollback of the run may still try again. Returns the targets recorded.
+
+    Raises RollbackRefusedError (exit 2, nothing recorded) when the run is unknown or not
+    ``rolling_back``, and ConcurrentRunError (exit 2) when a process holds a target's lock.
+    """
+    ledger = Ledger(spark, home)
+    events = ledger.run_events(run_id)
+    if not events:
+        raise RollbackRefusedError(f"run {run_id} is not in the ledger at {ledger.home}; "
+                                   "check --run-id and --home")
+    prog = run_progress(events)
+    if prog.state != "rolling_back":
+        raise RollbackRefusedError(
+            f"run {run_id} is {prog.state}: only a rollback that stopped before it finished "
+            "(state rolling_back) can be abandoned; nothing was recorded")
+    datasets = sorted({tp.dataset for tp in prog.targets.values()
+                       if tp.rollback_version is not None and tp.dataset is not None})
+    located = {d: delta_ops.lock_key(spark, TableRef.parse(d)) for d in datasets}
+    keys, hold = sorted(set(located.values())), rollback_lock_id(run_id)
+    actor = os.environ.get("SPARKGUARD_ACTOR") or _user()
+    ledger.acquire(keys, hold, actor)
+    try:
+        prog = run_progress(ledger.run_events(run_id))
+        if prog.state != "rolling_back":  # another process finished it meanwhile
+            raise RollbackRefusedError(f"run {run_id} moved on to {prog.state} while the "
+                                       "abandonment waited; nothing was recorded")
+        targets = [_where_left(spark, run_id, label, tp.dataset, tp.rollback_version)
+                   for label, tp in sorted(prog.targets.items())
+                   if tp.rollback_version is not None and tp.dataset is not None]
+        ledger.record_run(run_id, "rollback_abandoned", fingerprint=prog.fingerprint,
+                          actor=actor, reason=reason, targets=targets)
+    finally:
+        ledger.release(keys, hold)
+    for t in targets:
+        out(f"{t['dataset']}: " + (f"restored by this rollback at version "
+                                   f"{t['restored_version']}" if t["restored_version"] is not None
+                                   else "not restored by this rollback")
+            + f"; version now {t['current_version']}")
+    out(f"rollback of run {run_id} abandoned ({reason}); publish stays paused on "
+        f"{', '.join(datasets)} (hold {hold}): reopen it with `sparkguard publish resume "
+        "TARGET` once the targets hold what downstream should read")
+    send_all(list(notifiers) if notifiers is not None else notifiers_from_env(),
+             "rollback_abandoned", prog.recipients,
+             {"run_id": run_id, "plan": prog.plan_name, "reason": reason, "targets": targets})
+    _record_in_evidence(prog, targets, actor, False, out, ledger, abandoned=reason)
+    return targets
+
+
+def _where_left(spark: SparkSession, run_id: str, label: str, dataset: str,
+                rollback_version: int) -> dict[str, Any]:
+    """Where an abandoned rollback left one target: its own RESTORE commit, if it landed, and
+    the table's version now."""
+    ref = TableRef.parse(dataset)
+    commits = delta_ops.commits_since(spark, ref, rollback_version)
+    newest = max(_own_commits(commits, run_id, label),
+                 key=lambda cm: int(cm[0]["version"]), default=None)
+    restored = (int(newest[0]["version"]) if newest is not None
+                and newest[1].get("action") == "rollback" else None)
+    return {"label": label, "dataset": dataset, "rollback_version": rollback_version,
+            "restored_version": restored,
+            "current_version": delta_ops.current_version(spark, ref)}
 
 
 def rollback_lock_id(run_id: str) -> str:
@@ -269,7 +345,8 @@ def _record_left_evidence(prog: RunProgress, events: Sequence[dict[str, Any]],
     if not prog.evidence_path or not Path(prog.evidence_path).is_file():
         return
     data = yaml.safe_load(Path(prog.evidence_path).read_text(encoding="utf-8")) or {}
-    if (data.get("sparkguard") or {}).get("rollbacks"):
+    recorded = (data.get("sparkguard") or {}).get("rollbacks") or []
+    if recorded and not recorded[-1].get("abandoned"):
         return
     last = [e for e in events if e["state"] == "rolled_back"][-1]
     d = last.get("details") or {}
@@ -401,9 +478,9 @@ def _user() -> str:
 
 def _record_in_evidence(prog: RunProgress, results: list[dict[str, Any]], actor: str,
                         force: bool, out: Callable[[str], None],
-                        ledger: Ledger | None = None) -> None:
-    """Add the rollback to the run's evidence (``sparkguard.rollbacks``) and re-render the
-    Markdown beside it."""
+                        ledger: Ledger | None = None, abandoned: str | None = None) -> None:
+    """Add the rollback to the run's evidence (``sparkguard.rollbacks``; ``abandoned``: the
+    reason it was closed unfinished) and re-render the Markdown beside it."""
     if not prog.evidence_path or not Path(prog.evidence_path).exists():
         return
     path = Path(prog.evidence_path)
@@ -417,10 +494,11 @@ def _record_in_evidence(prog: RunProgress, results: list[dict[str, Any]], actor:
                 f"--run-id {prog.run_id}` and restore the evidence from a trusted copy")
             return
     entry = {"at": dt.datetime.now(dt.UTC).isoformat(), "by": actor, "forced": force,
-             "targets": results}
+             "targets": results, **({"abandoned": abandoned} if abandoned is not None else {})}
     sg = data.setdefault("sparkguard", {})
     sg.setdefault("rollbacks", []).append(entry)
-    sg["outcome"] = "rolled_back"  # what the target holds now; the promotion stays below
+    # what the targets hold now; the promotion stays below
+    sg["outcome"] = "rolled_back" if abandoned is None else "rollback_abandoned"
     rg = data.get("release_gate_evidence") or {}
     if isinstance(rg.get("decision"), dict):
         rg["decision"]["ready_to_ship"] = False
@@ -438,7 +516,8 @@ def _record_in_evidence(prog: RunProgress, results: list[dict[str, Any]], actor:
 
         record_evidence_audit(audited, prog.run_id, str(path))
     atomic_write(path.with_suffix(".md"), render_markdown(data))
-    out(f"rollback recorded in the evidence: {path}")
+    out(f"rollback {'abandonment ' if abandoned is not None else ''}recorded in the evidence: "
+        f"{path}")
 
 
 def _evidence_edits(ledger: Ledger, run_id: str, path: str, data: Mapping[str, Any]

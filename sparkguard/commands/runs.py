@@ -81,7 +81,16 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         print(f"sparkguard rollback: --plan {args.plan}: plan file not found (it locates the "
               "home, <plan dir>/_sparkguard, as for run)", file=sys.stderr)
         return EXIT_USAGE
+    if args.abandon is not None and (not args.abandon.strip() or args.force):
+        print("sparkguard rollback: --abandon needs a reason (the evidence and the ledger keep "
+              "it), and no --force: it restores nothing", file=sys.stderr)
+        return EXIT_USAGE
     spark = common.session()
+    if args.abandon is not None:
+        from sparkguard.rollback import abandon_rollback
+
+        abandon_rollback(spark, home or common.home(args, spark), run_id, args.abandon.strip())
+        return EXIT_OK
     points = rollback_run(spark, home or common.home(args, spark), run_id, force=args.force)
     print(f"rolled back run {run_id}: " + ", ".join(
         f"{p.dataset} at version {p.rollback_version}'s content (new version {p.new_version})"

@@ -60,7 +60,9 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState, again: bool = Fals
         raise ConcurrentRunError(
             f"run {prev.run_id} of this plan is being rolled back (state rolling_back: its "
             f"rollback stopped before it finished); finish the rollback with `sparkguard "
-            f"rollback --run-id {prev.run_id}` (re-run it); nothing was written")
+            f"rollback --run-id {prev.run_id}` (re-run it), or, if it cannot finish, close it "
+            f"with `sparkguard rollback --run-id {prev.run_id} --abandon REASON`; nothing was "
+            "written")
     if prev is not None and ctx.options.dry_run and any(
             t.rollback_version is not None for t in prev.targets.values()):
         raise SparkguardError(

@@ -161,7 +161,11 @@ def run_2_unapproved(tmp: Path) -> list[Case]:
 def rollback_2_pure(tmp: Path) -> list[Case]:
     return [("rollback (no --run-id)", main(["rollback", "--home", str(tmp)])),
             ("rollback --plan missing", main(["rollback", "--run-id", "x", "--plan",
-                                              str(tmp / "none.yaml")]))]
+                                              str(tmp / "none.yaml")])),
+            ("rollback --abandon (no reason)", main(["rollback", "--run-id", "x", "--home",
+                                                     str(tmp), "--abandon", ""])),
+            ("rollback --abandon --force", main(["rollback", "--run-id", "x", "--home",
+                                                 str(tmp), "--abandon", "gone", "--force"]))]
 
 
 def verify_2_pure(tmp: Path) -> list[Case]:
@@ -279,8 +283,9 @@ def _edited_evidence(root: Path, run_id: str) -> Path:
 def rollback_cases(spark: Any, promoted: tuple[Path, str], read_cases: Any
                    ) -> dict[int, list[Case]]:
     """``jobs/rollback.py`` on the promoted lake: a storage failure during RESTORE (3), a
-    RESTORE that leaves the table differing (1), another writer's commit (2), then ``--force``
-    (0) and again (0, nothing to do)."""
+    RESTORE that leaves the table differing (1), another writer's commit (2), ``--abandon`` of
+    the stopped rollback (0), then ``--force`` (0), again (0, nothing to do), and ``--abandon``
+    of a run rolled back (2)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -308,9 +313,15 @@ def rollback_cases(spark: Any, promoted: tuple[Path, str], read_cases: Any
     out.setdefault(2, []).append(("jobs/rollback.py (others committed)", job("rollback.py", *args)))
     out[2].append(("jobs/rollback.py (unknown run)", job(
         "rollback.py", "--run-id", "20260101T000000Z-nope0000", "--home", str(root / "_sparkguard"))))
-    out.setdefault(0, []).append(("jobs/rollback.py --force", job("rollback.py", *args, "--force")))
+    # the stopped rollback (rolling_back since the storage failure) closed unfinished; a later
+    # rollback still may try again
+    out.setdefault(0, []).append(("jobs/rollback.py --abandon (rolling_back)",
+                                  job("rollback.py", *args, "--abandon", "testing the exit code")))
+    out[0].append(("jobs/rollback.py --force", job("rollback.py", *args, "--force")))
     out[0].append(("jobs/rollback.py --force (already rolled back)",
                    job("rollback.py", *args, "--force")))
+    out[2].append(("jobs/rollback.py --abandon (run not rolling_back)",
+                   job("rollback.py", *args, "--abandon", "not needed")))
     return out
 
 

@@ -532,3 +532,65 @@ def test_a_forced_rollback_reads_the_whole_recorded_version_before_and_after_its
     assert "history before restoring anything" in err and back not in err
     assert run_progress(Ledger(spark, home).run_events(prog.run_id)).state == "rolling_back"
     assert_df_equality(_read(spark, target), before_rollback, ignore_nullable=True)
+
+
+def test_a_rollback_that_cannot_finish_is_abandoned_by_an_operator_with_a_reason(
+        spark: Any, promoted: Promoted, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """A rollback stopped half-way, then VACUUM removed its rollback point's files: re-running
+    it is refused for good, and the plan's runs are refused while it is ``rolling_back``.
+    ``--abandon REASON`` closes it (``rollback_abandoned``, terminal) without restoring:
+    ledger, evidence and a notification say where each target is; publish stays paused until
+    an operator resumes it. It is refused, recording nothing, for a run not rolling_back."""
+    root, run_id, _before = promoted
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    events = tmp_path / "events.jsonl"
+    monkeypatch.setenv("SPARKGUARD_NOTIFY_FILE", str(events))
+    ledger = Ledger(spark, home)
+    n_events = len(ledger.run_events(run_id))
+    assert _rollback(root, run_id, "--abandon", "not needed") == 2  # the run is done
+    assert "only a rollback that stopped" in capsys.readouterr().err
+    assert len(ledger.run_events(run_id)) == n_events
+    dies_at(monkeypatch, rollback, "mid_rollback",
+            lambda: rollback.rollback_run(spark, home, run_id, out=lambda _m: None))
+    _vacuum(spark, target)
+    history = _history(spark, target)
+    assert _rollback(root, run_id) == 2
+    assert "can no longer be restored" in capsys.readouterr().err
+    prog = run_progress(ledger.run_events(run_id))
+    assert prog.state == "rolling_back" and is_paused(home, str(target))
+    assert ledger.load(prog.fingerprint).resumable() is not None  # its plan's runs: refused
+    # usage: a reason is required, and --force does not go with it
+    assert _rollback(root, run_id, "--abandon", " ") == 2
+    assert _rollback(root, run_id, "--abandon", "x", "--force") == 2
+    capsys.readouterr()
+    reason = "rollback point vacuumed; fixing forward with plan v2 (INC-42, 'Ops')"
+    assert _rollback(root, run_id, "--abandon", reason) == 0
+    out = capsys.readouterr().out
+    assert "not restored by this rollback" in out and "sparkguard publish resume" in out
+    assert _history(spark, target) == history  # nothing restored
+    run_events = ledger.run_events(run_id)
+    prog = run_progress(run_events)
+    assert prog.state == "rollback_abandoned" and prog.terminal
+    details = run_events[-1]["details"]
+    assert details["reason"] == reason
+    (left,) = details["targets"]
+    assert left["restored_version"] is None
+    assert left["current_version"] == history[-1]["version"]
+    assert left["rollback_version"] == prog.targets["orders_clean"].rollback_version
+    assert ledger.load(prog.fingerprint).resumable() is None  # the plan may run again
+    assert is_paused(home, str(target))  # the operator decides when publish reopens
+    ev = yaml.safe_load((root / "evidence" / f"{run_id}.yaml").read_text())
+    assert ev["sparkguard"]["outcome"] == "rollback_abandoned"
+    assert ev["sparkguard"]["rollbacks"][-1]["abandoned"] == reason
+    md = (root / "evidence" / f"{run_id}.md").read_text()
+    assert "Rollback abandoned" in md and "INC-42" in md and "not restored" in md
+    note = json.loads(events.read_text().splitlines()[-1])
+    assert note["event"] == "rollback_abandoned" and note["reason"] == reason
+    assert main(["verify", "--run-id", run_id, "--home", home]) == 0  # chain and evidence hold
+    capsys.readouterr()
+    assert main(["status", "--run-id", run_id, "--home", home]) == 0
+    shown = capsys.readouterr().out
+    assert "rollback_abandoned" in shown and "sparkguard publish resume" in shown
+    assert _rollback(root, run_id, "--abandon", reason) == 2  # once only
+    assert main(["publish", "resume", str(target), "--home", home, "--reason", "fixed"]) == 0
+    assert not is_paused(home, str(target))
