@@ -101,6 +101,17 @@ _TYPE_OK: dict[PartitionType, tuple[type[T.DataType], ...]] = {
     PartitionType.STRING: (T.StringType, T.CharType, T.VarcharType),
     PartitionType.INT: (T.ByteType, T.ShortType, T.IntegerType, T.LongType),
 }
+
+
+def _conf(spark: SparkSession, key: str, default: str) -> str:
+    """A session conf, or ``default`` where the platform does not let it be read (Databricks
+    serverless answers only the confs it lists)."""
+    try:
+        return str(spark.conf.get(key, default)).strip()
+    except Exception:
+        return default
+
+
 def _flag(props: dict[str, Any], key: str) -> bool:
     """Whether the table property ``key`` is set to true (in any case and spacing)."""
     return str(props.get(key, "")).strip().lower() == "true"
@@ -335,9 +346,9 @@ class _Live:
         if t.promotion is Promotion.REPLACE_WHERE and whole_files:
             return
         fields = leaf_fields(schema)
-        codegen = str(self.spark.conf.get("spark.sql.codegen.wholeStage", "true")).lower()
+        codegen = _conf(self.spark, "spark.sql.codegen.wholeStage", "true").lower()
         try:
-            most = int(str(self.spark.conf.get("spark.sql.codegen.maxFields", "100")))
+            most = int(_conf(self.spark, "spark.sql.codegen.maxFields", "100"))
         except ValueError:
             most = 100
         if codegen == "true" and fields + _DELTA_READ_FIELDS <= most:
