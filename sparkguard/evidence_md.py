@@ -249,10 +249,10 @@ def render_markdown(data: dict[str, Any]) -> str:
             lines += ["", f"## Rollback abandoned at {_line(rb['at'])} by {_line(rb['by'])}", "",
                       f"Reason: {_line(rb['abandoned'])}", ""]
             lines += [f"- {_code(r['dataset'])}: " + (
-                f"restored to version {r['rollback_version']} (new version "
-                f"{r['restored_version']})" if r.get("restored_version") is not None
-                else "not restored") + f"; version now {r['current_version']}"
-                for r in rb.get("targets") or []]
+                f"this rollback's RESTORE to version {r.get('restored_to', '?')} committed as "
+                f"version {r['restored_version']}, not verified" if r.get("restored_version")
+                is not None else "not restored by this rollback")
+                + f"; version now {r['current_version']}" for r in rb.get("targets") or []]
             continue
         lines += ["", f"## Rolled back at {_line(rb['at'])} by {_line(rb['by'])}"
                       f"{' (forced)' if rb.get('forced') else ''}", ""]

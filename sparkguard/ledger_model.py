@@ -167,9 +167,10 @@ def next_action(prog: RunProgress) -> str:
                 "if it cannot finish (its rollback point's files are gone), close it with "
                 f"`sparkguard rollback --run-id {prog.run_id} --abandon REASON`")
     if prog.state == "rollback_abandoned":
-        return ("the targets stay as the abandonment recorded them and publish stays paused: "
-                "reopen it with `sparkguard publish resume TARGET` once they are right, or "
-                f"try `sparkguard rollback --run-id {prog.run_id}` again")
+        return ("the targets stay as the abandonment recorded them, and publish stays paused "
+                "until `sparkguard publish resume TARGET` (once they are right) or a later "
+                "backfill of the target finishes; or try `sparkguard rollback --run-id "
+                f"{prog.run_id}` again")
     if prog.state == "abandoned":
         return ("check the targets' history; if this run promoted, roll it back with "
                 f"`sparkguard rollback --run-id {prog.run_id} --force`")

@@ -27,7 +27,7 @@ EVENTS: dict[str, str] = {
     "publish_resumed": "the backfill finished and released its publish hold",
     "rolled_back": "a finished backfill was rolled back; targets are at their rollback points",
     "rollback_abandoned": "a rollback that could not finish was closed; targets as listed in "
-                          "the payload, publish still paused",
+                          "the payload, publish still paused on those it names",
 }
 
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,21 +192,34 @@ def rollback_run(spark: SparkSession, home: str, run_id: str, *, force: bool = F
     recorded version's files are gone. Raises GateFailedError (exit 1) when a restored target
     does not equal its recorded version.
     """
+    with _holding_targets(spark, home, run_id) as (ledger, events, prog, located):
+        return _rollback_locked(spark, ledger, events, prog, force=force, out=out,
+                                notifiers=notifiers, located=located)
+
+
+@contextmanager
+def _holding_targets(spark: SparkSession, home: str, run_id: str,
+                     check: Callable[[RunProgress], None] | None = None
+                     ) -> Iterator[tuple[Ledger, list[dict[str, Any]], RunProgress,
+                                         dict[str, str]]]:
+    """The run's ledger, events and progress, and its targets' lock keys (dataset -> the
+    table's location), with those locks held under the rollback's id. An unknown run, or one
+    ``check`` refuses, is refused before any lock is taken."""
     ledger = Ledger(spark, home)
     events = ledger.run_events(run_id)
     if not events:
         raise RollbackRefusedError(f"run {run_id} is not in the ledger at {ledger.home}; "
                                    "check --run-id and --home")
     prog = run_progress(events)
+    if check is not None:
+        check(prog)
     datasets = sorted({tp.dataset for tp in prog.targets.values()
                        if tp.rollback_version is not None and tp.dataset is not None})
-    lock_id = rollback_lock_id(run_id)
     located = {d: delta_ops.lock_key(spark, TableRef.parse(d)) for d in datasets}
-    keys = sorted(set(located.values()))
+    keys, lock_id = sorted(set(located.values())), rollback_lock_id(run_id)
     ledger.acquire(keys, lock_id, os.environ.get("SPARKGUARD_ACTOR") or _user())
     try:
-        return _rollback_locked(spark, ledger, events, prog, force=force, out=out,
-                                notifiers=notifiers, located=located)
+        yield ledger, events, prog, located
     finally:
         ledger.release(keys, lock_id)
 
@@ -222,24 +236,18 @@ def abandon_rollback(spark: SparkSession, home: str, run_id: str, reason: str, *
     Raises RollbackRefusedError (exit 2, nothing recorded) when the run is unknown or not
     ``rolling_back``, and ConcurrentRunError (exit 2) when a process holds a target's lock.
     """
-    ledger = Ledger(spark, home)
-    events = ledger.run_events(run_id)
-    if not events:
-        raise RollbackRefusedError(f"run {run_id} is not in the ledger at {ledger.home}; "
-                                   "check --run-id and --home")
-    prog = run_progress(events)
-    if prog.state != "rolling_back":
-        raise RollbackRefusedError(
-            f"run {run_id} is {prog.state}: only a rollback that stopped before it finished "
-            "(state rolling_back) can be abandoned; nothing was recorded")
-    datasets = sorted({tp.dataset for tp in prog.targets.values()
-                       if tp.rollback_version is not None and tp.dataset is not None})
-    located = {d: delta_ops.lock_key(spark, TableRef.parse(d)) for d in datasets}
-    keys, hold = sorted(set(located.values())), rollback_lock_id(run_id)
+    def stopped(prog: RunProgress) -> None:
+        if prog.state not in ("rolling_back", "rollback_abandoned"):
+            raise RollbackRefusedError(
+                f"run {run_id} is {prog.state}: only a rollback that stopped before it "
+                "finished (state rolling_back) can be abandoned; nothing was recorded")
+
     actor = os.environ.get("SPARKGUARD_ACTOR") or _user()
-    ledger.acquire(keys, hold, actor)
-    try:
-        prog = run_progress(ledger.run_events(run_id))
+    with _holding_targets(spark, home, run_id, stopped) as (ledger, _events, _prog, located):
+        events = ledger.run_events(run_id)  # again, with the locks held
+        prog = run_progress(events)
+        if prog.state == "rollback_abandoned":
+            return _abandoned_before(prog, events, out, ledger)
         if prog.state != "rolling_back":  # another process finished it meanwhile
             raise RollbackRefusedError(f"run {run_id} moved on to {prog.state} while the "
                                        "abandonment waited; nothing was recorded")
@@ -248,21 +256,47 @@ def abandon_rollback(spark: SparkSession, home: str, run_id: str, reason: str, *
                    if tp.rollback_version is not None and tp.dataset is not None]
         ledger.record_run(run_id, "rollback_abandoned", fingerprint=prog.fingerprint,
                           actor=actor, reason=reason, targets=targets)
-    finally:
-        ledger.release(keys, hold)
-    for t in targets:
-        out(f"{t['dataset']}: " + (f"restored by this rollback at version "
-                                   f"{t['restored_version']}" if t["restored_version"] is not None
-                                   else "not restored by this rollback")
-            + f"; version now {t['current_version']}")
-    out(f"rollback of run {run_id} abandoned ({reason}); publish stays paused on "
-        f"{', '.join(datasets)} (hold {hold}): reopen it with `sparkguard publish resume "
-        "TARGET` once the targets hold what downstream should read")
-    send_all(list(notifiers) if notifiers is not None else notifiers_from_env(),
-             "rollback_abandoned", prog.recipients,
-             {"run_id": run_id, "plan": prog.plan_name, "reason": reason, "targets": targets})
-    _record_in_evidence(prog, targets, actor, False, out, ledger, abandoned=reason)
+        hold = rollback_lock_id(run_id)
+        paused = sorted(t for t, st in PublishControl(spark, ledger.home).statuses(
+            sorted(located)).items() if any(h["hold"] == hold for h in st.holds))
+        for t in targets:
+            out(f"{t['dataset']}: {_left_text(t)}")
+        out(f"rollback of run {run_id} abandoned ({reason})"
+            + (f"; publish stays paused on {', '.join(paused)} (hold {hold}) until `sparkguard "
+               "publish resume TARGET`, or until a later backfill of the target finishes"
+               if paused else ""))
+        send_all(list(notifiers) if notifiers is not None else notifiers_from_env(),
+                 "rollback_abandoned", prog.recipients,
+                 {"run_id": run_id, "plan": prog.plan_name, "reason": reason,
+                  "targets": targets, "publish_paused": paused})
+        _record_in_evidence(prog, targets, actor, False, out, ledger, abandoned=reason)
     return targets
+
+
+def _abandoned_before(prog: RunProgress, events: Sequence[dict[str, Any]],
+                      out: Callable[[str], None], ledger: Ledger) -> list[dict[str, Any]]:
+    """An abandonment already recorded: add it to the evidence if the process died before
+    doing so; else refuse (exit 2)."""
+    d = events[-1].get("details") or {}
+    targets, reason = list(d.get("targets") or []), str(d.get("reason") or "")
+    data = (yaml.safe_load(Path(prog.evidence_path).read_text(encoding="utf-8"))
+            if prog.evidence_path and Path(prog.evidence_path).is_file() else None) or {}
+    recorded = (data.get("sparkguard") or {}).get("rollbacks") or []
+    if not data or (recorded and recorded[-1].get("abandoned") is not None):
+        raise RollbackRefusedError(f"run {prog.run_id}'s rollback was already abandoned "
+                                   f"({reason}); nothing was recorded")
+    _record_in_evidence(prog, targets, str(d.get("actor") or "?"), False, out, ledger,
+                        abandoned=reason)
+    return targets
+
+
+def _left_text(t: Mapping[str, Any]) -> str:
+    """Where an abandoned rollback left one target, in words (output and evidence)."""
+    if t.get("restored_version") is None:
+        return f"not restored by this rollback; version now {t['current_version']}"
+    return (f"this rollback's RESTORE to version {t.get('restored_to', '?')} committed as "
+            f"version {t['restored_version']}, not verified; version now "
+            f"{t['current_version']}")
 
 
 def _where_left(spark: SparkSession, run_id: str, label: str, dataset: str,
@@ -275,9 +309,11 @@ def _where_left(spark: SparkSession, run_id: str, label: str, dataset: str,
                  key=lambda cm: int(cm[0]["version"]), default=None)
     restored = (int(newest[0]["version"]) if newest is not None
                 and newest[1].get("action") == "rollback" else None)
+    now = max([int(c["version"]) for c in commits], default=rollback_version)
     return {"label": label, "dataset": dataset, "rollback_version": rollback_version,
             "restored_version": restored,
-            "current_version": delta_ops.current_version(spark, ref)}
+            **({"restored_to": delta_ops.restored_to(spark, ref, restored, now)}
+               if restored is not None else {}), "current_version": now}
 
 
 def rollback_lock_id(run_id: str) -> str:

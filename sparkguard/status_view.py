@@ -21,7 +21,7 @@ def render_runs(runs: Sequence[RunProgress], home: str) -> str:
     if not runs:
         return f"no runs in the ledger at {home}"
     return "\n".join(
-        f"{prog.run_id}  {prog.state:<13} plan={prog.plan_name} "
+        f"{prog.run_id}  {prog.state:<18} plan={prog.plan_name} "
         f"started={instant(prog.started_at):%Y-%m-%d %H:%M:%S} "
         f"{'dry-run ' if prog.dry_run else ''}next: {next_action(prog)}" for prog in runs)
 
@@ -44,7 +44,7 @@ def render_run(events: Sequence[dict[str, Any]], slices: Sequence[dict[str, Any]
             ("written", "target_version_written")) if e.get(c) is not None)
         extra = (e["details"] or {}).get("error") or ""
         out.append(f"  {instant(e['at']):%Y-%m-%d %H:%M:%S} +{e.get('elapsed_s') or 0:7.1f}s "
-                   f"{e['state']:<15} {tlabel:<14} {versions} {extra[:120]}".rstrip())
+                   f"{e['state']:<18} {tlabel:<14} {versions} {extra[:120]}".rstrip())
     if slices:
         out.append("slices:")
     for sl in slices:

@@ -29,6 +29,7 @@ from sparkguard.delta_ops.commits import (
     listed_commits,
     promoted_since,
     promotion_state,
+    restored_to,
     user_metadata,
 )
 from sparkguard.delta_ops.conflicts import (
@@ -112,6 +113,7 @@ __all__ = [
     "read_table",
     "read_version",
     "restore",
+    "restored_to",
     "revert_window",
     "snapshot_files",
     "table_exists",

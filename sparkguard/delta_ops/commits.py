@@ -15,7 +15,7 @@ from sparkguard.sql import TableRef, describe_history_statement
 
 __all__ = ["DATA_NEUTRAL_OPERATIONS", "PromotionState", "commit_metadata", "commits_since",
            "current_version", "find_commit", "foreign_commits", "history", "listed_commits",
-           "promoted_since", "promotion_state", "user_metadata"]
+           "promoted_since", "promotion_state", "restored_to", "user_metadata"]
 
 
 def history(spark: SparkSession, ref: TableRef, limit: int | None = None) -> DataFrame:
@@ -29,6 +29,18 @@ def current_version(spark: SparkSession, ref: TableRef) -> int:
     row = history(spark, ref, 1).select("version").first()
     assert row is not None
     return int(row["version"])
+
+
+def restored_to(spark: SparkSession, ref: TableRef, version: int, newest: int) -> int | None:
+    """The version the RESTORE committed as ``version`` restored (its operation parameters);
+    None when that commit is not a RESTORE to a version. ``newest``: the table's version now
+    (the history is read back to ``version`` only)."""
+    row = (history(spark, ref, newest - version + 1).filter(F.col("version") == version)
+           .select("operation", "operationParameters").first())
+    if row is None or row["operation"] != "RESTORE":
+        return None
+    to = (row["operationParameters"] or {}).get("version")
+    return int(to) if to is not None and str(to).isdigit() else None
 
 
 def user_metadata(run_id: str, fingerprint: str, action: str, **extra: Any) -> str:

@@ -10,6 +10,8 @@ without it (``make test-fast``).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import runpy
 import sys
@@ -162,10 +164,19 @@ def rollback_2_pure(tmp: Path) -> list[Case]:
     return [("rollback (no --run-id)", main(["rollback", "--home", str(tmp)])),
             ("rollback --plan missing", main(["rollback", "--run-id", "x", "--plan",
                                               str(tmp / "none.yaml")])),
-            ("rollback --abandon (no reason)", main(["rollback", "--run-id", "x", "--home",
-                                                     str(tmp), "--abandon", ""])),
-            ("rollback --abandon --force", main(["rollback", "--run-id", "x", "--home",
-                                                 str(tmp), "--abandon", "gone", "--force"]))]
+            ("rollback --abandon (no reason)", _usage(["rollback", "--run-id", "x", "--home",
+                                                       str(tmp), "--abandon", ""])),
+            ("rollback --abandon --force", _usage(["rollback", "--run-id", "x", "--home",
+                                                   str(tmp), "--abandon", "gone", "--force"]))]
+
+
+def _usage(argv: list[str]) -> int:
+    """``main(argv)``, checked to stop at its usage message (not a later refusal)."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(argv)
+    assert "--abandon needs a reason" in err.getvalue(), err.getvalue()
+    return code
 
 
 def verify_2_pure(tmp: Path) -> list[Case]:

@@ -343,7 +343,7 @@ def test_a_promotion_leaving_deletion_vectors_in_a_variant_target_is_warned(
     passes ``spark.sql.codegen.maxFields``): the guard warns for merge and merge_changed, and
     for replace_where where the table is not partitioned by the window's column (it deletes
     rows from files it keeps); not for replace_where over partitions, nor without deletion
-    vectors, nor when code generation reads the table."""
+    vectors, nor when code generation or Parquet's row reader reads the table."""
     src = spark.read.format("delta").load(str(base / "target" / "orders_clean")).withColumn(
         "attrs", F.parse_json(F.lit('{"a": 1}')))
     path, flat = tmp_path / "orders_variant", tmp_path / "orders_variant_flat"
@@ -369,6 +369,9 @@ def test_a_promotion_leaving_deletion_vectors_in_a_variant_target_is_warned(
     assert "set promotion: replace_where" not in unpartitioned.fix
     fields = len(src.columns)  # flat columns: one field each
     try:
+        spark.conf.set("spark.sql.parquet.enableVectorizedReader", "false")
+        assert codes("merge") == []  # Parquet's own row reader reads such files (measured)
+        spark.conf.unset("spark.sql.parquet.enableVectorizedReader")
         spark.conf.set("spark.sql.codegen.wholeStage", "true")
         assert codes("merge") == []  # a narrow table is read with code generation
         spark.conf.set("spark.sql.codegen.maxFields", str(fields + 9))
@@ -379,6 +382,7 @@ def test_a_promotion_leaving_deletion_vectors_in_a_variant_target_is_warned(
     finally:
         spark.conf.set("spark.sql.codegen.wholeStage", "false")
         spark.conf.unset("spark.sql.codegen.maxFields")
+        spark.conf.unset("spark.sql.parquet.enableVectorizedReader")
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
               "('delta.enableDeletionVectors' = 'false')")
     assert codes("merge_changed") == []

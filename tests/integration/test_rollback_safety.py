@@ -592,5 +592,44 @@ def test_a_rollback_that_cannot_finish_is_abandoned_by_an_operator_with_a_reason
     shown = capsys.readouterr().out
     assert "rollback_abandoned" in shown and "sparkguard publish resume" in shown
     assert _rollback(root, run_id, "--abandon", reason) == 2  # once only
+    assert "already abandoned" in capsys.readouterr().err
+    assert _rollback(root, run_id) == 2  # trying the rollback again: still refused, as it was
+    assert run_progress(ledger.run_events(run_id)).state == "rollback_abandoned"
     assert main(["publish", "resume", str(target), "--home", home, "--reason", "fixed"]) == 0
     assert not is_paused(home, str(target))
+
+
+def test_an_abandoned_rollback_whose_restore_landed_says_so_and_its_evidence_is_written_late(
+        spark: Any, promoted: Promoted, capsys: Any, monkeypatch: Any) -> None:
+    """A rollback killed right after its RESTORE, before verifying it, then abandoned: the
+    record names that RESTORE (the version it restored, the commit) as not verified. A process
+    that dies after recording the abandonment but before the evidence: the same command
+    writes the evidence, once."""
+    root, run_id, _before = promoted
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    point = run_progress(Ledger(spark, home).run_events(run_id)).targets[
+        "orders_clean"].rollback_version
+    dies_at(monkeypatch, rollback, "after_rollback_restore",
+            lambda: rollback.rollback_run(spark, home, run_id, out=lambda _m: None))
+    restore = _history(spark, target)[-1]
+    assert restore["operation"] == "RESTORE"
+    reason = "decided to keep the promoted data"
+    with monkeypatch.context() as mp, pytest.raises(Crash):
+        mp.setattr(rollback, "_record_in_evidence", _dies)
+        rollback.abandon_rollback(spark, home, run_id, reason, out=lambda _m: None)
+    events = Ledger(spark, home).run_events(run_id)
+    assert run_progress(events).state == "rollback_abandoned"
+    (left,) = events[-1]["details"]["targets"]
+    assert (left["restored_version"], left["restored_to"], left["current_version"]) == (
+        restore["version"], point, restore["version"])
+    evidence = root / "evidence" / f"{run_id}.yaml"
+    assert "rollbacks" not in yaml.safe_load(evidence.read_text())["sparkguard"]
+    capsys.readouterr()
+    assert _rollback(root, run_id, "--abandon", "typed again") == 0  # writes the evidence
+    (rb,) = yaml.safe_load(evidence.read_text())["sparkguard"]["rollbacks"]
+    assert rb["abandoned"] == reason and rb["targets"] == [left]  # the recorded one
+    md = (root / "evidence" / f"{run_id}.md").read_text()
+    assert (f"this rollback's RESTORE to version {point} committed as version "
+            f"{restore['version']}, not verified") in md
+    assert _rollback(root, run_id, "--abandon", reason) == 2
+    assert len(Ledger(spark, home).run_events(run_id)) == len(events)
