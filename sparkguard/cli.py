@@ -191,12 +191,17 @@ def _summary(exc: BaseException) -> tuple[str, str | None]:
         return f"{type(exc).__name__}: {str(exc)[:500]}", None
     from sparkguard.delta_ops.conflicts import (
         PROTOCOL_REFUSAL_FIX,
+        VARIANT_READ_FIX,
         conflict_summary,
         protocol_refusal,
+        variant_read_failure,
     )
 
     refused = protocol_refusal(exc)
-    return conflict_summary(exc, 500), (f"{refused}; {PROTOCOL_REFUSAL_FIX}" if refused else None)
+    summary = conflict_summary(exc, 500)
+    if variant_read_failure(exc):
+        summary = f"{summary}; {VARIANT_READ_FIX}"
+    return summary, (f"{refused}; {PROTOCOL_REFUSAL_FIX}" if refused else None)
 
 
 if __name__ == "__main__":

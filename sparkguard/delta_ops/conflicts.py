@@ -11,8 +11,9 @@ from typing import Any, TypeVar
 import delta.exceptions.captured  # noqa: F401  (makes pyspark raise Delta's conflict types)
 from delta.exceptions import base as delta_exception_types
 
-__all__ = ["CONFLICT_TYPES", "PROTOCOL_REFUSAL_FIX", "conflict_summary", "error_condition", "is_conflict",
-           "post_commit_failed", "protocol_refusal", "with_conflict_retry"]
+__all__ = ["CONFLICT_TYPES", "PROTOCOL_REFUSAL_FIX", "VARIANT_READ_FIX", "conflict_summary",
+           "error_condition", "is_conflict", "post_commit_failed", "protocol_refusal",
+           "variant_read_failure", "with_conflict_retry"]
 
 T = TypeVar("T")
 
@@ -78,6 +79,21 @@ def protocol_refusal(exc: BaseException) -> str | None:
 # what to do about a protocol refusal, wherever it is reported
 PROTOCOL_REFUSAL_FIX = ("run sparkguard with a Delta version that supports the table features "
                         "Delta names, e.g. the runtime that wrote the table")
+# Spark 4.0's failure to read a VARIANT column from a Parquet file with a deletion vector
+# (SPARK-55552), and what reads it instead (measured on 4.0.1 and 4.0.5)
+_VARIANT_READ = "Not implemented. VariantType"
+VARIANT_READ_FIX = ("this Spark cannot read a VARIANT column from a Parquet file with a deletion "
+                    "vector without whole-stage code generation (SPARK-55552; README, Versions): "
+                    "run again with --conf spark.sql.parquet.enableVectorizedReader=false, or "
+                    "with spark.sql.codegen.maxFields above the table's field count")
+
+
+def variant_read_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is Spark failing to read a VARIANT column from a file with a deletion
+    vector (SPARK-55552)."""
+    return _VARIANT_READ in str(exc)
+
+
 _POST_COMMIT_FAILED = "DELTA_POST_COMMIT_HOOK_FAILED"
 _PROTOCOL_REFUSALS = ("DELTA_UNSUPPORTED_FEATURES_FOR_READ", "DELTA_UNSUPPORTED_FEATURES_FOR_WRITE",
                       "DELTA_INVALID_PROTOCOL_VERSION")

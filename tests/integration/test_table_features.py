@@ -64,3 +64,47 @@ def test_a_backfill_over_tables_with_databricks_default_features_promotes_and_ro
     (run,) = Ledger(spark, home).latest_runs()
     assert main(["rollback", "--run-id", run.run_id, "--home", home]) == 0
     assert_df_equality(_read(spark, target), before, ignore_nullable=True)
+
+
+def test_a_variant_target_with_deletion_vectors_that_spark_cannot_read_says_how_to_read_it(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any) -> None:
+    """Spark 4.0 cannot read a VARIANT column from a file with a deletion vector without
+    whole-stage code generation (SPARK-55552; this test session has it off). A run and a
+    rollback that must read such files fail with exit 3, nothing written, and the message says
+    how to read them; with Parquet's vectorized reader off, as it says, both succeed."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    target = root / "target" / "orders_clean"
+    spark.sql(f"ALTER TABLE delta.`{target}` SET TBLPROPERTIES ('delta.feature.variantType' = "
+              "'supported')")
+    spark.sql(f"ALTER TABLE delta.`{target}` ADD COLUMNS (attrs VARIANT)")
+    spark.sql(f"UPDATE delta.`{target}` SET attrs = parse_json(to_json(named_struct("
+              "'status', status)))")
+    spark.sql(f"ALTER TABLE delta.`{target}` SET TBLPROPERTIES "
+              "('delta.enableDeletionVectors' = 'true')")
+    spark.sql(f"DELETE FROM delta.`{target}` WHERE order_id % 17 = 0")  # in the window too
+    sql = TRANSFORM_SQL.replace(
+        "AS line_total\n",
+        "AS line_total,\n       parse_json(to_json(named_struct('status', status))) AS attrs\n")
+    plan = write_plan(root, set_transform(sql), promotion="replace_where")
+    home = str(root / "_sg")
+    args = ["run", "--plan", str(plan), "--home", home, "--evidence-dir", str(root / "evidence")]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{target}`").count()
+    fix = "--conf spark.sql.parquet.enableVectorizedReader=false"
+    capsys.readouterr()
+    assert main(args) == 3
+    assert fix in capsys.readouterr().err
+    assert spark.sql(f"DESCRIBE HISTORY delta.`{target}`").count() == history  # nothing written
+    key = "spark.sql.parquet.enableVectorizedReader"
+    try:
+        spark.conf.set(key, "false")
+        assert main(args) == 0
+        (run,) = [r for r in Ledger(spark, home).latest_runs() if r.state == "done"]
+        spark.conf.unset(key)
+        assert main(["rollback", "--run-id", run.run_id, "--home", home]) == 3
+        assert fix in capsys.readouterr().err
+        promoted = spark.sql(f"DESCRIBE HISTORY delta.`{target}`").count()
+        spark.conf.set(key, "false")
+        assert main(["rollback", "--run-id", run.run_id, "--home", home]) == 0
+        assert spark.sql(f"DESCRIBE HISTORY delta.`{target}`").count() == promoted + 1
+    finally:
+        spark.conf.unset(key)
