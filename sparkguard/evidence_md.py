@@ -11,6 +11,15 @@ __all__ = ["render_markdown"]
 _MAX_PARTITION_ROWS = 100
 
 
+def left_unfinished(target: Any) -> str:
+    """Where an abandoned rollback left one target, in words (its evidence entry's)."""
+    if target.get("restored_version") is None:
+        return f"not restored by this rollback; version now {target['current_version']}"
+    return (f"this rollback's RESTORE to version {target.get('restored_to', '?')} committed as "
+            f"version {target['restored_version']}, not verified; version now "
+            f"{target['current_version']}")
+
+
 def _line(value: Any) -> str:
     """A value on one line (a newline in a partition value or an actor cannot start a line of
     its own that reads as the summary's)."""
@@ -248,11 +257,8 @@ def render_markdown(data: dict[str, Any]) -> str:
         if rb.get("abandoned") is not None:
             lines += ["", f"## Rollback abandoned at {_line(rb['at'])} by {_line(rb['by'])}", "",
                       f"Reason: {_line(rb['abandoned'])}", ""]
-            lines += [f"- {_code(r['dataset'])}: " + (
-                f"this rollback's RESTORE to version {r.get('restored_to', '?')} committed as "
-                f"version {r['restored_version']}, not verified" if r.get("restored_version")
-                is not None else "not restored by this rollback")
-                + f"; version now {r['current_version']}" for r in rb.get("targets") or []]
+            lines += [f"- {_code(r['dataset'])}: {_line(left_unfinished(r))}"
+                      for r in rb.get("targets") or []]
             continue
         lines += ["", f"## Rolled back at {_line(rb['at'])} by {_line(rb['by'])}"
                       f"{' (forced)' if rb.get('forced') else ''}", ""]

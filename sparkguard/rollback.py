@@ -39,6 +39,7 @@ from sparkguard.audit_trail import audit_key
 from sparkguard.doc_io import atomic_write, dump_yaml
 from sparkguard.errors import GateFailedError, RollbackRefusedError
 from sparkguard.evidence import render_markdown
+from sparkguard.evidence_md import left_unfinished
 from sparkguard.faults import failpoint
 from sparkguard.ledger import Ledger, RunProgress, run_progress
 from sparkguard.notify import Notifier, notifiers_from_env, send_all
@@ -231,10 +232,12 @@ def abandon_rollback(spark: SparkSession, home: str, run_id: str, reason: str, *
     say): ``rolling_back`` becomes ``rollback_abandoned`` (terminal), with ``reason`` and, per
     target, whether this rollback's RESTORE landed and the table's version now. Nothing is
     restored; the rollback's publish hold stays (publish reopens with ``sparkguard publish
-    resume``); a later rollback of the run may still try again. Returns the targets recorded.
+    resume``); a later rollback of the run may still try again. Again on a run abandoned by a
+    process that died before its evidence: writes the evidence. Returns the targets recorded.
 
-    Raises RollbackRefusedError (exit 2, nothing recorded) when the run is unknown or not
-    ``rolling_back``, and ConcurrentRunError (exit 2) when a process holds a target's lock.
+    Raises RollbackRefusedError (exit 2, nothing recorded) when the run is unknown, not
+    ``rolling_back``, or abandoned already with its evidence written, and ConcurrentRunError
+    (exit 2) when a process holds a target's lock.
     """
     def stopped(prog: RunProgress) -> None:
         if prog.state not in ("rolling_back", "rollback_abandoned"):
@@ -260,7 +263,7 @@ def abandon_rollback(spark: SparkSession, home: str, run_id: str, reason: str, *
         paused = sorted(t for t, st in PublishControl(spark, ledger.home).statuses(
             sorted(located)).items() if any(h["hold"] == hold for h in st.holds))
         for t in targets:
-            out(f"{t['dataset']}: {_left_text(t)}")
+            out(f"{t['dataset']}: {left_unfinished(t)}")
         out(f"rollback of run {run_id} abandoned ({reason})"
             + (f"; publish stays paused on {', '.join(paused)} (hold {hold}) until `sparkguard "
                "publish resume TARGET`, or until a later backfill of the target finishes"
@@ -288,15 +291,6 @@ def _abandoned_before(prog: RunProgress, events: Sequence[dict[str, Any]],
     _record_in_evidence(prog, targets, str(d.get("actor") or "?"), False, out, ledger,
                         abandoned=reason)
     return targets
-
-
-def _left_text(t: Mapping[str, Any]) -> str:
-    """Where an abandoned rollback left one target, in words (output and evidence)."""
-    if t.get("restored_version") is None:
-        return f"not restored by this rollback; version now {t['current_version']}"
-    return (f"this rollback's RESTORE to version {t.get('restored_to', '?')} committed as "
-            f"version {t['restored_version']}, not verified; version now "
-            f"{t['current_version']}")
 
 
 def _where_left(spark: SparkSession, run_id: str, label: str, dataset: str,

@@ -135,3 +135,18 @@ def test_a_failed_read_names_the_file_that_is_gone(message: str, gone: str | Non
     from sparkguard.delta_ops.files import gone_file
 
     assert gone_file(RuntimeError(message)) == gone
+
+
+def test_spark_failing_to_read_a_variant_says_how_to_read_it() -> None:
+    """SPARK-55552's failure gets the settings that read such files; other failures do not."""
+    import pyspark  # noqa: F401  (the CLI reads Spark's errors only once Spark is loaded)
+
+    from sparkguard.cli import _summary
+
+    summary, refused = _summary(RuntimeError(
+        "Job aborted due to stage failure: Lost task 0.0: java.lang.RuntimeException: Not "
+        "implemented. VariantType\n\tat org.apache.spark.sql.vectorized.ColumnarBatchRow.copy"))
+    assert refused is None and summary.startswith("RuntimeError: Job aborted")
+    assert "spark.sql.parquet.enableVectorizedReader=false" in summary
+    assert "SPARK-55552" in summary and "spark.sql.codegen.maxFields" in summary
+    assert "enableVectorizedReader" not in _summary(RuntimeError("Not implemented. MapType"))[0]
