@@ -11,7 +11,7 @@ from typing import Any
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import AtomicType, DataType, StringType, StructType
+from pyspark.sql.types import ArrayType, AtomicType, DataType, StringType, StructType
 
 from sparkguard import delta_ops
 from sparkguard.errors import SparkguardError, first_line
@@ -24,6 +24,7 @@ from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target, un
 from sparkguard.reconcile.verdicts import GateResult, ReconcileResult
 from sparkguard.run.context import RunContext, RunState, TargetState
 from sparkguard.run.labels import set_job_label
+from sparkguard.spark_types import holds_unordered, same_field_names, sql_type
 from sparkguard.sql import UnsafeSQLError, query_only, quote_column
 
 __all__ = ["TransformResultError", "as_shadow", "bucketed", "fingerprints", "job", "print_gates",
@@ -293,9 +294,10 @@ def _cast_losses(target: DataFrame, shadow: DataFrame, identity: Sequence[str]
     is not the target's: the MERGE casts each value to the target's type, and the check after
     the commit compares the two in their common type (a union's), so a row counts when that
     cast would change its value or cannot make it (a float into a decimal, text that is not a
-    number, ``'1.50'`` read back as ``1.5``). Every cast is a ``try_cast``: a value out of range
-    is counted, never raised. Struct, array and map columns, and names SQL cannot spell, are
-    left to that check."""
+    number, ``'1.50'`` read back as ``1.5``), in a scalar column or inside a struct or an array.
+    Every cast is a ``try_cast``: a value out of range is counted, never raised. Maps and
+    variants (``<=>`` compares neither), structs whose fields a cast by position would pair
+    otherwise than their names, and names SQL cannot spell, are left to that check."""
     types = {f.name.lower(): f for f in target.schema.fields}
     skip = {c.lower() for c in identity}
     out = []
@@ -303,19 +305,26 @@ def _cast_losses(target: DataFrame, shadow: DataFrame, identity: Sequence[str]
         want = types.get(f.name.lower())
         if (want is None or f.name.lower() in skip
                 or want.dataType.simpleString() == f.dataType.simpleString()
-                or not all(isinstance(t, AtomicType) for t in (want.dataType, f.dataType))):
+                or not all(_castable(t) for t in (want.dataType, f.dataType))
+                or not same_field_names(f.dataType, want.dataType)):
             continue
         try:
             c = quote_column(f.name)
             both = shadow.select(F.col(c).alias("v")).unionByName(
                 target.select(F.col(quote_column(want.name)).alias("v")))
-            common = both.schema["v"].dataType.simpleString()  # analysis only
+            common = sql_type(both.schema["v"].dataType)  # analysis only
         except (UnsafeSQLError, AnalysisException):
             continue
-        written = f"try_cast({c} AS {want.dataType.simpleString()})"
+        written = f"try_cast({c} AS {sql_type(want.dataType)})"
         out.append((f"cast_to_target[{f.name}]", f"{c} IS NULL OR ({written} IS NOT NULL AND "
                     f"try_cast({written} AS {common}) <=> try_cast({c} AS {common}))"))
     return out
+
+
+def _castable(dtype: DataType) -> bool:
+    """A scalar, or a struct or array of them: ``<=>`` compares it after a cast."""
+    return isinstance(dtype, AtomicType) or (
+        isinstance(dtype, (StructType, ArrayType)) and not holds_unordered(dtype))
 
 
 def _unresolved(df: DataFrame, expr: str) -> str | None:

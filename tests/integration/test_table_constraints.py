@@ -276,6 +276,40 @@ def test_a_type_other_than_the_targets_is_gated_by_what_the_promotion_writes(
         assert "type decimal(12,2) != target decimal(14,2)" in failed[0]["reason"]
 
 
+@pytest.mark.parametrize(("promotion", "field", "expected"), [
+    # the MERGE's cast would change values
+    ("merge_changed", "CAST(line_total AS FLOAT)", EXIT_GATE_FAILED),
+    ("merge", "CAST(line_total AS FLOAT)", EXIT_GATE_FAILED),
+    ("merge", "CAST(line_total AS STRING)", EXIT_OK),  # text holding the very number: kept
+], ids=["merge-changed-float-field", "merge-float-field", "merge-text-field"])
+def test_a_struct_field_of_another_type_is_gated_before_the_merge(
+        spark: Any, base_lake: Path, tmp_path: Path, promotion: str, field: str,
+        expected: int) -> None:
+    """``match_target_schema: false`` and a struct column whose field is recomputed as another
+    type than the target's (``info.total DECIMAL(14,2)``): the MERGE casts the field, so a value
+    that cast would change stops the run at ``cast_to_target[info]`` before any commit (it used
+    to be found only after the commit, which the run then restored); one it keeps promotes."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = TableRef(path=str(root / "target" / "orders_clean"))
+    spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS (info STRUCT<total: DECIMAL(14,2), "
+              "note: STRING>)")
+    before = _version(spark, ref)
+    mutate = _loose(f"*, named_struct('total', {field}, 'note', 'it''s') AS info")
+    assert _run(write_plan(root, mutate, promotion=promotion), root) == expected
+    results = _gate_results(root, "cast_to_target[info]")
+    assert results
+    if expected == EXIT_OK:
+        assert all(g["passed"] for _p, g in results)
+        assert _version(spark, ref) == before + 1
+        window = spark.read.format("delta").load(ref.path).where(
+            F.col("order_date").isin(*WINDOW))
+        assert window.where("info.total IS NULL OR info.total <> line_total").count() == 0
+        return
+    assert _version(spark, ref) == before  # no commit, no RESTORE
+    failed = [g for _p, g in results if not g["passed"]]
+    assert failed and all(g["measured"] > 0 for g in failed), failed
+
+
 @pytest.mark.parametrize("promotion", ["merge_changed", "replace_where"])
 def test_output_columns_named_in_another_case_are_compared_as_the_target_columns_they_fill(
         spark: Any, base_lake: Path, tmp_path: Path, promotion: str) -> None:
