@@ -337,9 +337,9 @@ class _Live:
         file with a deletion vector when its vectorized Parquet reader hands rows on without
         whole-stage code generation: a session with it off, or a read of more fields than
         ``spark.sql.codegen.maxFields`` counting Delta's own columns (with the vectorized
-        reader off, Parquet's row reader reads such files). A promotion that leaves such files (a MERGE; a
-        replaceWhere over columns the table is not partitioned by) then fails its verification
-        (restored, exit 3), and a rollback to it fails before restoring."""
+        reader off, Parquet's row reader reads such files). A promotion that leaves such files
+        (a MERGE; a replaceWhere over columns the table is not partitioned by) then fails its
+        verification (restored, exit 3), and a rollback to it fails before restoring."""
         window = ((self.p,) if self.rw is None
                   else tuple(c for c in (self.rw.column, self.rw.hour_column) if c))
         parts = {c.lower() for c in partitioned_by or []}
@@ -347,17 +347,17 @@ class _Live:
         if t.promotion is Promotion.REPLACE_WHERE and whole_files:
             return
         fields = leaf_fields(schema)
-        codegen = _conf(self.spark, "spark.sql.codegen.wholeStage", "true").lower()
+        codegen = _conf(self.spark, "spark.sql.codegen.wholeStage", "true").lower() == "true"
         try:
             most = int(_conf(self.spark, "spark.sql.codegen.maxFields", "100"))
         except ValueError:
             most = 100
-        vectorized = _conf(self.spark, "spark.sql.parquet.enableVectorizedReader", "true")
-        if vectorized.lower() != "true" or (codegen == "true"
-                                            and fields + _DELTA_READ_FIELDS <= most):
+        vectorized = _conf(self.spark, "spark.sql.parquet.enableVectorizedReader",
+                           "true").lower() == "true"
+        if not vectorized or (codegen and fields + _DELTA_READ_FIELDS <= most):
             return  # Parquet's own row reader, or columnar batches: both read such files
         why = ("this session reads without whole-stage code generation "
-               "(spark.sql.codegen.wholeStage = false)" if codegen != "true" else
+               "(spark.sql.codegen.wholeStage = false)" if not codegen else
                f"its {fields} fields and Delta's own columns pass spark.sql.codegen.maxFields "
                f"({most}), so Spark reads its rows without whole-stage code generation")
         how = ("marks the rows it replaces in deletion vectors"
@@ -365,7 +365,7 @@ class _Live:
                f"over {', '.join(window)}, which the table is not partitioned by, deletes the "
                "window's rows from files it keeps, in deletion vectors")
         fixes = [f"run with --conf spark.sql.codegen.maxFields={fields + 2 * _DELTA_READ_FIELDS}"
-                 if codegen == "true" else "turn spark.sql.codegen.wholeStage on for the run",
+                 if codegen else "turn spark.sql.codegen.wholeStage on for the run",
                  f"turn deletion vectors off for the backfill (ALTER TABLE {ref.sql} SET "
                  "TBLPROPERTIES ('delta.enableDeletionVectors' = 'false'))"]
         if whole_files:

@@ -218,7 +218,7 @@ def _holding_targets(spark: SparkSession, home: str, run_id: str,
                        if tp.rollback_version is not None and tp.dataset is not None})
     located = {d: delta_ops.lock_key(spark, TableRef.parse(d)) for d in datasets}
     keys, lock_id = sorted(set(located.values())), rollback_lock_id(run_id)
-    ledger.acquire(keys, lock_id, os.environ.get("SPARKGUARD_ACTOR") or _user())
+    ledger.acquire(keys, lock_id, _actor())
     try:
         yield ledger, events, prog, located
     finally:
@@ -245,7 +245,7 @@ def abandon_rollback(spark: SparkSession, home: str, run_id: str, reason: str, *
                 f"run {run_id} is {prog.state}: only a rollback that stopped before it "
                 "finished (state rolling_back) can be abandoned; nothing was recorded")
 
-    actor = os.environ.get("SPARKGUARD_ACTOR") or _user()
+    actor = _actor()
     with _holding_targets(spark, home, run_id, stopped) as (ledger, _events, _prog, located):
         events = ledger.run_events(run_id)  # again, with the locks held
         prog = run_progress(events)
@@ -282,10 +282,8 @@ def _abandoned_before(prog: RunProgress, events: Sequence[dict[str, Any]],
     doing so; else refuse (exit 2)."""
     d = events[-1].get("details") or {}
     targets, reason = list(d.get("targets") or []), str(d.get("reason") or "")
-    data = (yaml.safe_load(Path(prog.evidence_path).read_text(encoding="utf-8"))
-            if prog.evidence_path and Path(prog.evidence_path).is_file() else None) or {}
-    recorded = (data.get("sparkguard") or {}).get("rollbacks") or []
-    if not data or (recorded and recorded[-1].get("abandoned") is not None):
+    recorded = _evidence_rollbacks(prog)
+    if recorded is None or (recorded and recorded[-1].get("abandoned") is not None):
         raise RollbackRefusedError(f"run {prog.run_id}'s rollback was already abandoned "
                                    f"({reason}); nothing was recorded")
     _record_in_evidence(prog, targets, str(d.get("actor") or "?"), False, out, ledger,
@@ -327,7 +325,7 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
     todo = [p for p in points if p.promoted_version is not None]
     done = [p for p in points if p.already_rolled_back is not None]
     publish, hold = PublishControl(spark, ledger.home), rollback_lock_id(run_id)
-    actor = os.environ.get("SPARKGUARD_ACTOR") or _user()
+    actor = _actor()
     if prog.state == "rolled_back" and not todo:
         out(f"run {run_id} was already rolled back; nothing to do")
         _release_left_hold(publish, [p.dataset for p in points], hold, actor, out)
@@ -372,16 +370,24 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
 def _record_left_evidence(prog: RunProgress, events: Sequence[dict[str, Any]],
                           out: Callable[[str], None], ledger: Ledger) -> None:
     """Add the recorded rollback to the evidence when it died before doing so."""
-    if not prog.evidence_path or not Path(prog.evidence_path).is_file():
-        return
-    data = yaml.safe_load(Path(prog.evidence_path).read_text(encoding="utf-8")) or {}
-    recorded = (data.get("sparkguard") or {}).get("rollbacks") or []
-    if recorded and not recorded[-1].get("abandoned"):
+    recorded = _evidence_rollbacks(prog)
+    if recorded is None or (recorded and recorded[-1].get("abandoned") is None):
         return
     last = [e for e in events if e["state"] == "rolled_back"][-1]
     d = last.get("details") or {}
     _record_in_evidence(prog, list(d.get("rolled_back") or []), str(d.get("actor") or "?"),
                         bool(d.get("forced")), out, ledger)
+
+
+def _evidence_rollbacks(prog: RunProgress) -> list[dict[str, Any]] | None:
+    """The rollback entries of the run's evidence, oldest first; None without an evidence
+    file (or with an empty one)."""
+    if not prog.evidence_path or not Path(prog.evidence_path).is_file():
+        return None
+    data = yaml.safe_load(Path(prog.evidence_path).read_text(encoding="utf-8"))
+    if not data:
+        return None
+    return list((data.get("sparkguard") or {}).get("rollbacks") or [])
 
 
 def _release_left_hold(publish: PublishControl, datasets: Sequence[str], hold: str, actor: str,
@@ -497,6 +503,11 @@ def _take_back(spark: SparkSession, ref: TableRef, restored: int) -> str:
                 f"{restore_statement(ref, restored - 1)}")
     return (f"Commits landed after that RESTORE (newest version {newest}); read the table's "
             "history before restoring anything")
+
+
+def _actor() -> str:
+    """Who runs the rollback: ``$SPARKGUARD_ACTOR``, else the OS user."""
+    return os.environ.get("SPARKGUARD_ACTOR") or _user()
 
 
 def _user() -> str:
