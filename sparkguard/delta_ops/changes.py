@@ -8,7 +8,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkguard.delta_ops.tables import read_table
-from sparkguard.spark_types import holds_unordered
+from sparkguard.spark_types import holds_unordered, same_field_names
 from sparkguard.sql import CHANGE_OP, TableRef, changed_condition, merge_condition, quote_column
 
 __all__ = ["window_changes"]
@@ -20,13 +20,19 @@ def window_changes(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequ
     :data:`~sparkguard.sql.CHANGE_OP`: ``'I'`` a key only in ``df``, ``'U'`` a key in both
     whose non-key values differ (null-safe, :func:`~sparkguard.sql.changed_condition`), and,
     with ``delete_unmatched``, ``'D'`` a key only in the target (its key values, from the
-    target). One full outer join on the keys; nothing is fetched to the driver."""
+    target). One full outer join on the keys; nothing is fetched to the driver.
+
+    A column of another type than the target's is compared, and returned, as the MERGE writes
+    it: cast to the target's type (a struct only when its fields pair by name, as the MERGE
+    pairs them; ``cast_to_target`` gates have checked that the cast keeps each value)."""
+    target = read_table(spark, ref)
+    df = _as_written(df, target)
     cols = df.columns
     key_set = set(keys)
     compared = [f for f in df.schema.fields if f.name not in key_set]
     side_s, side_t = "__sg_in_s", "__sg_in_t"
     s = df.withColumn(side_s, F.lit(True)).alias("s")
-    t = (read_table(spark, ref).alias("t").filter(window_predicate_target)
+    t = (target.alias("t").filter(window_predicate_target)
          .select(*[F.col(f"`t`.{quote_column(c)}").alias(c) for c in cols],
                  F.lit(True).alias(side_t)).alias("t"))
     def col(alias: str, name: str) -> Column:
@@ -43,3 +49,16 @@ def window_changes(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequ
     return (joined.filter(F.col(CHANGE_OP).isin(wanted))
             .select(*[F.when(F.col(CHANGE_OP) == "D", col("t", c)).otherwise(col("s", c))
                       .alias(c) for c in cols], F.col(CHANGE_OP)))
+
+
+def _as_written(df: DataFrame, target: DataFrame) -> DataFrame:
+    """``df`` with each column whose type is not the target's cast to it, where a cast pairs
+    struct fields as their names do; other columns as they are."""
+    types = {f.name.lower(): f.dataType for f in target.schema.fields}
+    casts = {}
+    for f in df.schema.fields:
+        want = types.get(f.name.lower())
+        if (want is not None and want.simpleString() != f.dataType.simpleString()
+                and same_field_names(f.dataType, want)):
+            casts[f.name] = F.col(quote_column(f.name)).cast(want)
+    return df.withColumns(casts) if casts else df

@@ -243,8 +243,9 @@ def test_a_varchar_column_the_recomputation_leaves_out_fails_the_column_gate_not
     ("merge_changed", "line_total", "FLOAT", EXIT_GATE_FAILED, "cast_to_target[line_total]"),
     # text holding the very number: the MERGE's cast keeps every value
     ("merge", "line_total", "STRING", EXIT_OK, "cast_to_target[line_total]"),
+    ("merge_changed", "line_total", "STRING", EXIT_OK, "cast_to_target[line_total]"),
 ], ids=["replace-where-narrower-decimal", "replace-where-smallint", "merge-changed-float",
-        "merge-text"])
+        "merge-text", "merge-changed-text"])
 def test_a_type_other_than_the_targets_is_gated_by_what_the_promotion_writes(
         spark: Any, base_lake: Path, tmp_path: Path, promotion: str, column: str, cast: str,
         expected: int, gate: str) -> None:
@@ -281,18 +282,24 @@ def test_a_type_other_than_the_targets_is_gated_by_what_the_promotion_writes(
     ("merge_changed", "CAST(line_total AS FLOAT)", EXIT_GATE_FAILED),
     ("merge", "CAST(line_total AS FLOAT)", EXIT_GATE_FAILED),
     ("merge", "CAST(line_total AS STRING)", EXIT_OK),  # text holding the very number: kept
-], ids=["merge-changed-float-field", "merge-float-field", "merge-text-field"])
+    # the change set compares the field as the MERGE writes it (it failed on the types, exit 3)
+    ("merge_changed", "CAST(line_total AS STRING)", EXIT_OK),
+], ids=["merge-changed-float-field", "merge-float-field", "merge-text-field",
+        "merge-changed-text-field"])
 def test_a_struct_field_of_another_type_is_gated_before_the_merge(
         spark: Any, base_lake: Path, tmp_path: Path, promotion: str, field: str,
         expected: int) -> None:
     """``match_target_schema: false`` and a struct column whose field is recomputed as another
     type than the target's (``info.total DECIMAL(14,2)``): the MERGE casts the field, so a value
     that cast would change stops the run at ``cast_to_target[info]`` before any commit (it used
-    to be found only after the commit, which the run then restored); one it keeps promotes."""
+    to be found only after the commit, which the run then restored); one it keeps promotes,
+    and under ``merge_changed`` rewrites only the rows whose values change (the change set
+    failed on the two struct types before, exit 3)."""
     root = copy_lake(base_lake, tmp_path / "lake")
     ref = TableRef(path=str(root / "target" / "orders_clean"))
     spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS (info STRUCT<total: DECIMAL(14,2), "
               "note: STRING>)")
+    spark.sql(f"UPDATE {ref.sql} SET info = named_struct('total', line_total, 'note', 'it''s')")
     before = _version(spark, ref)
     mutate = _loose(f"*, named_struct('total', {field}, 'note', 'it''s') AS info")
     assert _run(write_plan(root, mutate, promotion=promotion), root) == expected
@@ -304,6 +311,14 @@ def test_a_struct_field_of_another_type_is_gated_before_the_merge(
         window = spark.read.format("delta").load(ref.path).where(
             F.col("order_date").isin(*WINDOW))
         assert window.where("info.total IS NULL OR info.total <> line_total").count() == 0
+        if promotion == "merge_changed":  # a row whose fields cast to its values is unchanged
+            old = spark.read.format("delta").option("versionAsOf", before).load(ref.path)
+            differ = " OR ".join(f"NOT (o.{c} <=> n.{c})" for c in old.columns)
+            changed = old.alias("o").join(window.alias("n"), "order_id").where(differ).count()
+            commit = DeltaTable.forPath(spark, ref.path).history(1).first()
+            assert commit is not None
+            assert 0 < changed < 600
+            assert int(commit["operationMetrics"]["numTargetRowsUpdated"]) == changed
         return
     assert _version(spark, ref) == before  # no commit, no RESTORE
     failed = [g for _p, g in results if not g["passed"]]
