@@ -50,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--home", help="sparkguard's own tables (ledger, publish control, "
                        "shadows); default $SPARKGUARD_HOME or <plan dir>/_sparkguard")
 
+    def stale_lock(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--takeover-stale-lock", action="store_true",
+                       help="take over a target's lock whose holder (a run or a rollback, "
+                       "on any host) has been idle --stale-lock-timeout seconds or more")
+        p.add_argument("--stale-lock-timeout", type=_positive_seconds, default=6 * 3600,
+                       metavar="SECONDS", help="default 21600 (6 hours)")
+
     p = sub.add_parser("guard", help="check a plan: static red flags, approvals, live checks")
     p.add_argument("plan")
     p.add_argument("--static-only", action="store_true", help="skip the live (Spark) checks")
@@ -71,9 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="stop after full-window reconciliation; record the dry run")
     p.add_argument("--explain", action="store_true", help="print the stages and exit")
-    p.add_argument("--takeover-stale-lock", action="store_true")
-    p.add_argument("--stale-lock-timeout", type=_positive_seconds, default=6 * 3600,
-                   metavar="SECONDS")
+    stale_lock(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("rollback", help="restore the targets of a run to their recorded version")
@@ -87,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--abandon", metavar="REASON",
                    help="close a rollback that stopped and cannot finish (state rolling_back): "
                    "restores nothing, records where each target is, keeps publish paused")
+    stale_lock(p)
     p.set_defaults(func=cmd_rollback)
 
     p = sub.add_parser("status", help="runs, slices, states and next action")

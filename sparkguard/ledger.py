@@ -210,6 +210,22 @@ class Ledger(LedgerTables):
         return self.locks.acquire(targets, run_id, owner, takeover=takeover,
                                   stale_after_s=stale_after_s)
 
+    def abandon_taken_over(self, decisions: dict[str, tuple[str, LockInfo | None]], by: str,
+                           spare: Sequence[str] = ()) -> dict[str, str]:
+        """The locks ``by`` took over (target -> the id that held it), from :meth:`acquire`'s
+        decisions. Each run that held one is recorded ``abandoned``, except those in ``spare``
+        and rollbacks (an id ending ``/rollback``: its run stays ``rolling_back``)."""
+        took_over = {t: h.run_id for t, (what, h) in decisions.items()
+                     if what == "takeover" and h is not None}
+        for other in sorted(set(took_over.values()) - set(spare)):
+            if other.endswith("/rollback"):
+                continue
+            old = self.progress(other)  # recorded under its own plan's fingerprint
+            self.record_run(other, "abandoned", fingerprint=old.fingerprint if old else "?",
+                            taken_over_by=by,
+                            targets=sorted(t for t, r in took_over.items() if r == other))
+        return took_over
+
     def release_finished(self, target: str, holder: LockInfo) -> None:
         """Release a lock left by a run that ended without releasing it."""
         self.locks.release_finished(target, holder)

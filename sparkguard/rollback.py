@@ -47,7 +47,7 @@ from sparkguard.publish import PublishControl
 from sparkguard.reconcile.engine import table_fingerprint
 from sparkguard.sql import PartitionType, TableRef, restore_statement, window_predicate
 
-__all__ = ["RollbackPoint", "abandon_rollback", "check_rollback", "rollback_run"]
+__all__ = ["RollbackPoint", "Takeover", "abandon_rollback", "check_rollback", "rollback_run"]
 
 
 @dataclass
@@ -183,29 +183,50 @@ def _refusals(points: Sequence[RollbackPoint], force: bool) -> list[str]:
 
 def rollback_run(spark: SparkSession, home: str, run_id: str, *, force: bool = False,
                  out: Callable[[str], None] = print,
-                 notifiers: Sequence[Notifier] | None = None) -> list[RollbackPoint]:
+                 notifiers: Sequence[Notifier] | None = None,
+                 takeover: Takeover | None = None) -> list[RollbackPoint]:
     """Restore every target promoted by ``run_id`` to the version recorded before promotion,
     holding the targets' run locks throughout.
 
-    Raises ConcurrentRunError (exit 2, nothing restored) when a run holds a target's lock.
+    Raises ConcurrentRunError (exit 2, nothing restored) when a run holds a target's lock
+    (with ``takeover``, one idle longer than its timeout is taken over, as ``run`` does).
     Raises RollbackRefusedError (exit 2, nothing restored) when the run is unknown or never
     promoted, when other writers committed after the promotion (unless ``force``), or when the
     recorded version's files are gone. Raises GateFailedError (exit 1) when a restored target
     does not equal its recorded version.
     """
-    with _holding_targets(spark, home, run_id) as (ledger, events, prog, located):
-        return _rollback_locked(spark, ledger, events, prog, force=force, out=out,
-                                notifiers=notifiers, located=located)
+    with _holding_targets(spark, home, run_id, takeover=takeover, out=out) as held:
+        return _rollback_locked(spark, held, force=force, out=out, notifiers=notifiers)
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """Take over a target's lock whose holder has been idle ``stale_after_s`` seconds or more
+    (``--takeover-stale-lock``): a rollback or a run that died on another host, say."""
+
+    stale_after_s: float
+
+
+@dataclass
+class _Held:
+    """What a rollback holds: the run's ledger, events and progress, its targets' lock keys
+    (dataset -> the table's location), and the locks it took over (key -> the holder's id)."""
+
+    ledger: Ledger
+    events: list[dict[str, Any]]
+    prog: RunProgress
+    located: dict[str, str]
+    took_over: dict[str, str]
 
 
 @contextmanager
 def _holding_targets(spark: SparkSession, home: str, run_id: str,
-                     check: Callable[[RunProgress], None] | None = None
-                     ) -> Iterator[tuple[Ledger, list[dict[str, Any]], RunProgress,
-                                         dict[str, str]]]:
-    """The run's ledger, events and progress, and its targets' lock keys (dataset -> the
-    table's location), with those locks held under the rollback's id. An unknown run, or one
-    ``check`` refuses, is refused before any lock is taken."""
+                     check: Callable[[RunProgress], None] | None = None, *,
+                     takeover: Takeover | None, out: Callable[[str], None]) -> Iterator[_Held]:
+    """The run's ledger, events and progress, with its targets' locks held under the
+    rollback's id. An unknown run, or one ``check`` refuses, is refused before any lock is
+    taken. A lock taken over (``takeover``) is said, and a run that held it is recorded
+    ``abandoned`` unless it is the run rolled back."""
     ledger = Ledger(spark, home)
     events = ledger.run_events(run_id)
     if not events:
@@ -218,16 +239,21 @@ def _holding_targets(spark: SparkSession, home: str, run_id: str,
                        if tp.rollback_version is not None and tp.dataset is not None})
     located = {d: delta_ops.lock_key(spark, TableRef.parse(d)) for d in datasets}
     keys, lock_id = sorted(set(located.values())), rollback_lock_id(run_id)
-    ledger.acquire(keys, lock_id, _actor())
+    decisions = ledger.acquire(keys, lock_id, _actor(), takeover=takeover is not None,
+                               stale_after_s=takeover.stale_after_s if takeover else 0)
     try:
-        yield ledger, events, prog, located
+        took_over = ledger.abandon_taken_over(decisions, lock_id, spare=[run_id])
+        for key, holder in sorted(took_over.items()):
+            out(f"took over the lock of {key} from {holder} (idle past the stale timeout)")
+        yield _Held(ledger, events, prog, located, took_over)
     finally:
         ledger.release(keys, lock_id)
 
 
 def abandon_rollback(spark: SparkSession, home: str, run_id: str, reason: str, *,
                      out: Callable[[str], None] = print,
-                     notifiers: Sequence[Notifier] | None = None) -> list[dict[str, Any]]:
+                     notifiers: Sequence[Notifier] | None = None,
+                     takeover: Takeover | None = None) -> list[dict[str, Any]]:
     """Close a rollback that stopped and cannot finish (its rollback point's files are gone,
     say): ``rolling_back`` becomes ``rollback_abandoned`` (terminal), with ``reason`` and, per
     target, whether this rollback's RESTORE landed and the table's version now. Nothing is
@@ -237,7 +263,7 @@ def abandon_rollback(spark: SparkSession, home: str, run_id: str, reason: str, *
 
     Raises RollbackRefusedError (exit 2, nothing recorded) when the run is unknown, not
     ``rolling_back``, or abandoned already with its evidence written, and ConcurrentRunError
-    (exit 2) when a process holds a target's lock.
+    (exit 2) when a process holds a target's lock (``takeover`` as for :func:`rollback_run`).
     """
     def stopped(prog: RunProgress) -> None:
         if prog.state not in ("rolling_back", "rollback_abandoned"):
@@ -246,7 +272,8 @@ def abandon_rollback(spark: SparkSession, home: str, run_id: str, reason: str, *
                 "finished (state rolling_back) can be abandoned; nothing was recorded")
 
     actor = _actor()
-    with _holding_targets(spark, home, run_id, stopped) as (ledger, _events, _prog, located):
+    with _holding_targets(spark, home, run_id, stopped, takeover=takeover, out=out) as held:
+        ledger, located = held.ledger, held.located
         events = ledger.run_events(run_id)  # again, with the locks held
         prog = run_progress(events)
         if prog.state == "rollback_abandoned":
@@ -258,7 +285,8 @@ def abandon_rollback(spark: SparkSession, home: str, run_id: str, reason: str, *
                    for label, tp in sorted(prog.targets.items())
                    if tp.rollback_version is not None and tp.dataset is not None]
         ledger.record_run(run_id, "rollback_abandoned", fingerprint=prog.fingerprint,
-                          actor=actor, reason=reason, targets=targets)
+                          actor=actor, reason=reason, targets=targets,
+                          took_over_locks_of=held.took_over or None)
         hold = rollback_lock_id(run_id)
         paused = sorted(t for t, st in PublishControl(spark, ledger.home).statuses(
             sorted(located)).items() if any(h["hold"] == hold for h in st.holds))
@@ -313,12 +341,12 @@ def rollback_lock_id(run_id: str) -> str:
     return f"{run_id}/rollback"
 
 
-def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[str, Any]],
-                     prog: RunProgress, *, force: bool, out: Callable[[str], None],
-                     notifiers: Sequence[Notifier] | None,
-                     located: Mapping[str, str]) -> list[RollbackPoint]:
-    """The rollback proper, with every target's lock held (``located``: dataset -> the key
-    its lock is held under, its table's location)."""
+def _rollback_locked(spark: SparkSession, held: _Held, *, force: bool,
+                     out: Callable[[str], None],
+                     notifiers: Sequence[Notifier] | None) -> list[RollbackPoint]:
+    """The rollback proper, with every target's lock held."""
+    ledger, events, prog, located = held.ledger, held.events, held.prog, held.located
+    took_over = held.took_over or None
     run_id = prog.run_id
     window = _window(events)
     points = check_rollback(spark, prog, _window_predicate(window), force)
@@ -346,7 +374,8 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
         ledger.record_run(run_id, "rolling_back", fingerprint=prog.fingerprint, actor=actor,
                           forced=force, targets=[p.label for p in todo],
                           undone_commits={p.label: [str(c["version"]) for c in p.later_commits]
-                                          for p in todo if p.later_commits})
+                                          for p in todo if p.later_commits},
+                          took_over_locks_of=took_over)
     failpoint("mid_rollback")
     for pt in todo:
         seen = _recheck(spark, prog.run_id, pt, [p for p in todo if p.new_version is not None])
@@ -356,7 +385,7 @@ def _rollback_locked(spark: SparkSession, ledger: Ledger, events: Sequence[dict[
         _verify(spark, pt, _window_predicate(window), out)
     results = [p.to_dict() for p in [*todo, *done]]
     ledger.record_run(run_id, "rolled_back", fingerprint=prog.fingerprint, actor=actor,
-                      forced=force, rolled_back=results)
+                      forced=force, rolled_back=results, took_over_locks_of=took_over)
     publish.release([p.dataset for p in [*todo, *done]], hold, actor=actor,
                     reason=f"rollback of run {run_id} finished", locations=located)
     out(f"publish hold {hold} released")

@@ -62,7 +62,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     """``sparkguard rollback``: restore a run's targets to their recorded versions."""
-    from sparkguard.rollback import rollback_run
+    from sparkguard.rollback import Takeover, rollback_run
 
     run_id = args.run_id
     home = common.checked_home(args.home, "--home") if args.home else None
@@ -85,13 +85,16 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         print("sparkguard rollback: --abandon needs a reason (the evidence and the ledger keep "
               "it), and no --force: it restores nothing", file=sys.stderr)
         return EXIT_USAGE
+    takeover = Takeover(args.stale_lock_timeout) if args.takeover_stale_lock else None
     spark = common.session()
     if args.abandon is not None:
         from sparkguard.rollback import abandon_rollback
 
-        abandon_rollback(spark, home or common.home(args, spark), run_id, args.abandon.strip())
+        abandon_rollback(spark, home or common.home(args, spark), run_id, args.abandon.strip(),
+                         takeover=takeover)
         return EXIT_OK
-    points = rollback_run(spark, home or common.home(args, spark), run_id, force=args.force)
+    points = rollback_run(spark, home or common.home(args, spark), run_id, force=args.force,
+                          takeover=takeover)
     print(f"rolled back run {run_id}: " + ", ".join(
         f"{p.dataset} at version {p.rollback_version}'s content (new version {p.new_version})"
         for p in points if p.new_version is not None))

@@ -75,8 +75,6 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState, again: bool = Fals
                                    takeover=ctx.options.takeover_stale_lock,
                                    stale_after_s=ctx.options.stale_lock_after_s)
     state.holds_locks = True
-    took_over = {t: h.run_id for t, (what, h) in decisions.items()
-                 if what == "takeover" and h is not None}
     if prev is not None and _moved_on(ctx, hist, prev):
         # The run was live when the ledger was read and finished (or stopped) before the lock
         # was free: resuming it from that read would redo or undo its steps. Read again.
@@ -90,13 +88,8 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState, again: bool = Fals
                 "finished or stopped it); reading the ledger again")
         visit_lock(stage, ctx, state, again=True)
         return
-    for other in sorted(set(took_over.values()) - {state.run_id}):
-        if other.endswith("/rollback"):  # a dead rollback's lock: its run stays rolling_back
-            continue  # (named in this run's took_over_locks_of), no made-up run is recorded
-        old = ctx.ledger.progress(other)  # recorded under its own plan's fingerprint
-        ctx.ledger.record_run(other, "abandoned", fingerprint=old.fingerprint if old else "?",
-                              taken_over_by=state.run_id,
-                              targets=sorted(t for t, r in took_over.items() if r == other))
+    # a dead rollback's lock is named in took_over_locks_of; its run stays rolling_back
+    took_over = ctx.ledger.abandon_taken_over(decisions, state.run_id, spare=[state.run_id])
     if prev is not None:
         _load_resume(ctx, state, prev)
     if state.source_version is None:

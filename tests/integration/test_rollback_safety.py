@@ -633,3 +633,86 @@ def test_an_abandoned_rollback_whose_restore_landed_says_so_and_its_evidence_is_
             f"{restore['version']}, not verified") in md
     assert _rollback(root, run_id, "--abandon", reason) == 2
     assert len(Ledger(spark, home).run_events(run_id)) == len(events)
+
+
+@pytest.mark.parametrize("action", ["finish", "abandon"])
+def test_a_rollback_that_died_on_another_host_is_taken_over_after_the_stale_timeout(
+        spark: Any, promoted: Promoted, capsys: Any, monkeypatch: Any, action: str) -> None:
+    """A rollback whose process died on another host (its job cluster gone) leaves its lock.
+    The re-run here is refused (exit 2) naming the holder and the flag; with
+    ``--takeover-stale-lock`` it waits for ``--stale-lock-timeout``, then takes the lock over
+    and finishes the rollback (or abandons it), recording the takeover. There was no such flag
+    on ``rollback``: the hint named one it refused, and only editing the ledger got out."""
+    root, run_id, before = promoted
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    dies_at(monkeypatch, rollback, "mid_rollback",
+            lambda: rollback.rollback_run(spark, home, run_id, out=lambda _m: None))
+    key, holder = lock_key_of(spark, target), f"{run_id}/rollback"
+    dead = Ledger(spark, home)  # its lock, as the process on the other host left it
+    dead.locks.host = "db-cluster-0412"
+    dead.acquire([key], holder, "alice@example.com")
+    n = len(_history(spark, target))
+    extra = ("--abandon", "decided with the owners") if action == "abandon" else ()
+    capsys.readouterr()
+    assert _rollback(root, run_id, *extra) == 2
+    err = capsys.readouterr().err
+    assert f"locked by run {holder}" in err and "host db-cluster-0412" in err
+    assert "on another host" in err and "--takeover-stale-lock" in err
+    assert _rollback(root, run_id, *extra, "--takeover-stale-lock") == 2  # not idle 6 hours
+    assert "stale timeout is 21600s" in capsys.readouterr().err
+    assert run_progress(Ledger(spark, home).run_events(run_id)).state == "rolling_back"
+    assert len(_history(spark, target)) == n
+    assert _rollback(root, run_id, *extra, "--takeover-stale-lock",
+                     "--stale-lock-timeout", "0.001") == 0
+    assert f"took over the lock of {key} from {holder}" in capsys.readouterr().out
+    led = Ledger(spark, home)
+    last = led.run_events(run_id)[-1]
+    assert last["state"] == ("rolled_back" if action == "finish" else "rollback_abandoned")
+    assert last["details"]["took_over_locks_of"] == {key: holder}
+    if action == "finish":
+        assert_df_equality(_read(spark, target), before, ignore_nullable=True)
+        assert len(_history(spark, target)) == n + 1
+    else:
+        assert len(_history(spark, target)) == n
+    assert led.lock_holder(key) is None
+    events = spark.read.format("delta").load(led.locks_ref.path).where(F.col("target") == key)
+    assert [(r["action"], r["host"]) for r in events.orderBy("generation").collect()][-2:] == [
+        ("takeover", led.host), ("release", led.host)]
+
+
+def test_a_run_that_died_on_another_host_after_its_promotion_is_rolled_back_over_its_lock(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """A run whose driver died on another host after its promotion was recorded keeps its
+    lock. With ``--takeover-stale-lock`` past the timeout, its rollback takes that lock over,
+    restores the target and records ``rolled_back``; the run is not also marked
+    ``abandoned`` (the rollback is its end)."""
+    from sparkguard import faults
+    from sparkguard.plan import load_plan
+    from sparkguard.run.evaluator import run_backfill
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, lambda p: p["execution"].update(slice_partitions=3))
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    before = _frozen(spark, _read(spark, target))
+    dies_at(monkeypatch, faults, "after_promote_ledger", lambda: run_backfill(
+        spark, load_plan(plan), str(plan), home=home, evidence_dir=str(root / "evidence"),
+        out=lambda _m: None))
+    (started,) = Ledger(spark, home).latest_runs()
+    prog = run_progress(Ledger(spark, home).run_events(started.run_id))
+    assert prog.targets["orders_clean"].promoted_version is not None  # and recorded
+    key = lock_key_of(spark, target)
+    dead = Ledger(spark, home)  # the run's lock, as its driver on the other host left it
+    dead.locks.host = "db-cluster-0412"
+    dead.acquire([key], prog.run_id, "alice@example.com")
+    capsys.readouterr()
+    assert _rollback(root, prog.run_id) == 2
+    assert f"locked by run {prog.run_id}" in capsys.readouterr().err
+    assert _rollback(root, prog.run_id, "--takeover-stale-lock",
+                     "--stale-lock-timeout", "0.001") == 0
+    assert_df_equality(_read(spark, target), before, ignore_nullable=True)
+    led = Ledger(spark, home)
+    states = [e["state"] for e in led.run_events(prog.run_id)]
+    assert states[-2:] == ["rolling_back", "rolled_back"] and "abandoned" not in states
+    assert led.run_events(prog.run_id)[-1]["details"]["took_over_locks_of"] == {
+        key: prog.run_id}
+    assert led.lock_holder(key) is None

@@ -279,7 +279,8 @@ def test_rollback_takes_the_home_the_evidence_records_even_with_a_space(
     home = "/data/my lake/_sparkguard"
     seen: dict[str, Any] = {}
 
-    def rollback_run(spark: object, h: str, run_id: str, force: bool = False) -> list[Any]:
+    def rollback_run(spark: object, h: str, run_id: str, force: bool = False,
+                     takeover: object = None) -> list[Any]:
         seen.update(home=h, run_id=run_id)
         return []
     monkeypatch.setattr(rollback_mod, "rollback_run", rollback_run)
