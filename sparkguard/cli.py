@@ -38,6 +38,14 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _true_false(text: str) -> bool:
+    """``true`` or ``false`` (any case), as a job's parameter gives a flag."""
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"must be true or false (got {text!r})")
+    return value == "true"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkguard", description="Safe, reconciled, reversible backfills on Spark + Delta.",
@@ -51,9 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "shadows); default $SPARKGUARD_HOME or <plan dir>/_sparkguard")
 
     def stale_lock(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--takeover-stale-lock", action="store_true",
+        p.add_argument("--takeover-stale-lock", nargs="?", const=True, default=False,
+                       type=_true_false, metavar="true|false",
                        help="take over a target's lock whose holder (a run or a rollback, "
-                       "on any host) has been idle --stale-lock-timeout seconds or more")
+                       "on any host) has been idle --stale-lock-timeout seconds or more; "
+                       "=true or =false for a job parameter")
         p.add_argument("--stale-lock-timeout", type=_positive_seconds, default=6 * 3600,
                        metavar="SECONDS", help="default 21600 (6 hours)")
 

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 VAR_RE = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
 JOB_PARAM_RE = re.compile(r"\{\{job\.parameters\.([A-Za-z0-9_]+)\}\}")
+LOCK_PARAMS = ("takeover_stale_lock", "stale_lock_timeout")
 
 
 def _yaml(path: Path) -> dict[str, Any]:
@@ -142,12 +143,22 @@ def test_job_parameters_are_wired_to_cli_flags(jobs: dict[str, Any], key: str, c
     assert args[args.index(flag) + 1] == "{{job.parameters." + param + "}}"
     used = {m for a in args for m in JOB_PARAM_RE.findall(a)}
     assert used == set(declared), f"parameters declared {set(declared)} but used {used}"
-    # the same argv, with values in place of the templates, is accepted by the CLI
-    values = {name: f"/Volumes/main/sg/{name}" for name in declared}
+    # the same argv, with values in place of the templates, is accepted by the CLI: paths,
+    # and the lock parameters' own defaults (no takeover, the CLI's 6-hour timeout)
+    values = {name: f"/Volumes/main/sg/{name}" for name in declared} | {
+        name: str(declared[name]) for name in LOCK_PARAMS}
     argv = [JOB_PARAM_RE.sub(lambda m: values[m.group(1)], a) for a in args]
     ns = build_parser().parse_args([command, *argv])
     assert getattr(ns, param) == values[param]
     assert ns.home == values["home"]
+    default = build_parser().parse_args([command, *argv[:argv.index(flag) + 2]])
+    assert (ns.takeover_stale_lock, ns.stale_lock_timeout) == (
+        False, default.stale_lock_timeout)
+    # a re-run after the driver died on a cluster that is gone takes its lock over
+    values |= {"takeover_stale_lock": "true", "stale_lock_timeout": "900"}
+    argv = [JOB_PARAM_RE.sub(lambda m: values[m.group(1)], a) for a in args]
+    ns = build_parser().parse_args([command, *argv])
+    assert (ns.takeover_stale_lock, ns.stale_lock_timeout) == (True, 900.0)
 
 
 def test_libraries_come_from_pypi_and_never_replace_the_runtimes_spark(

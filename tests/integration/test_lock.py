@@ -196,3 +196,41 @@ def test_crashed_run_of_the_same_plan_is_resumed_without_a_flag(
     assert [e["state"] for e in events][:2] == ["started", "resumed"]
     assert events[1]["details"]["locks"] == {target: "resume"}
     assert run_progress(events).state == "dry_run_passed"
+
+
+def test_a_run_that_died_on_another_host_is_resumed_by_taking_its_stale_lock_over(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any) -> None:
+    """A driver that died on another host (a Databricks job cluster that is gone) leaves a lock
+    sparkguard cannot judge: the re-run is refused, and ``--takeover-stale-lock=true`` (as the
+    bundle's jobs pass it) past the timeout resumes the same run, which is not marked
+    ``abandoned`` (it is the one resumed)."""
+    from sparkguard.plan import fingerprint, load_plan
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target = lock_key_of(spark, root / "target" / "orders_clean")
+    home = str(root / "_sg")
+    run_id = "20261201T090000Z-lost0000"
+    led = Ledger(spark, home)
+    led.ensure()
+    led._append("locks", [(target, 1, "acquire", run_id, "o", dt.datetime(2026, 12, 1, 9),
+                           "0412-093011-abcd1234-10-0-1-7", 4321, "dead-token")],
+                txn=(led._lock_app_id(target), 1))
+    led.record_run(run_id, "started", fingerprint=fingerprint(load_plan(plan)),
+                   plan_name="fix-orders-amounts", source_version=0, dry_run=False)
+    capsys.readouterr()
+    assert _run(plan, "--dry-run", "--takeover-stale-lock=false") == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"locked by run {run_id}" in err and "on another host" in err
+    assert [e["state"] for e in Ledger(spark, home).run_events(run_id)] == ["started"]
+    assert _run(plan, "--dry-run", "--takeover-stale-lock=true") == EXIT_USAGE  # its event
+    assert "idle" in capsys.readouterr().err  # (recorded just now) is not 6 hours old
+    assert _run(plan, "--dry-run", "--takeover-stale-lock=true",
+                "--stale-lock-timeout=0.001") == 0
+    events = Ledger(spark, home).run_events(run_id)
+    states = [e["state"] for e in events]
+    assert states[:2] == ["started", "resumed"] and "abandoned" not in states
+    assert events[1]["details"]["locks"] == {target: "takeover"}
+    assert events[1]["details"]["took_over_locks_of"] == {target: run_id}
+    assert run_progress(events).state == "dry_run_passed"
+    assert Ledger(spark, home).lock_holder(target) is None
