@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
 
 from sparkguard.delta_ops.tables import read_table
 from sparkguard.spark_types import holds_unordered, same_field_names
@@ -24,7 +25,8 @@ def window_changes(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequ
 
     A column of another type than the target's is compared, and returned, as the MERGE writes
     it: cast to the target's type (a struct only when its fields pair by name, as the MERGE
-    pairs them; ``cast_to_target`` gates have checked that the cast keeps each value)."""
+    pairs them; ``cast_to_target`` gates have checked that the cast keeps each value; see
+    :func:`_as_written` for what is not cast)."""
     target = read_table(spark, ref)
     df = _as_written(df, target)
     cols = df.columns
@@ -53,12 +55,16 @@ def window_changes(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequ
 
 def _as_written(df: DataFrame, target: DataFrame) -> DataFrame:
     """``df`` with each column whose type is not the target's cast to it, where a cast pairs
-    struct fields as their names do; other columns as they are."""
+    struct fields as their names do and ``cast_to_target`` gates it; maps and variants (which
+    compare as JSON), and text differing only in collation (a cast would compare it in the
+    target's collation, ``UTF8_LCASE`` blind to a change of case), stay as they are."""
     types = {f.name.lower(): f.dataType for f in target.schema.fields}
     casts = {}
     for f in df.schema.fields:
         want = types.get(f.name.lower())
         if (want is not None and want.simpleString() != f.dataType.simpleString()
-                and same_field_names(f.dataType, want)):
+                and same_field_names(f.dataType, want)
+                and not any(holds_unordered(t) for t in (want, f.dataType))
+                and not all(isinstance(t, StringType) for t in (want, f.dataType))):
             casts[f.name] = F.col(quote_column(f.name)).cast(want)
     return df.withColumns(casts) if casts else df

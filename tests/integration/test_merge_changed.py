@@ -248,3 +248,26 @@ def test_variant_and_map_columns_compare_as_json(spark: Any, lake: Path) -> None
     assert [(r["k"], r["v"], r["a"], r["y"]) for r in got] == [
         (1, '{"a":1,"b":[1,2]}', "[1]", None), (2, '{"a":20}', '["s"]', None),
         (3, "null", None, 30), (4, None, '[{"q":"it\'s"}]', None)]
+
+
+def test_the_change_set_casts_only_what_the_merge_casts_and_the_gates_cover(spark: Any) -> None:
+    """The change set compares a column of another type cast to the target's (a wider number,
+    a struct whose field is text), but not a map (compared as JSON), a struct whose fields
+    would pair otherwise than by name, or text that differs only in collation: cast to
+    ``UTF8_LCASE``, 'ABC' would compare equal to 'abc' and the change would be skipped
+    (collated Delta tables exist on Databricks; this open-source Delta refuses them)."""
+    from sparkguard.delta_ops.changes import _as_written
+
+    target = spark.sql(
+        "SELECT 1L AS n, named_struct('a', CAST(1 AS DECIMAL(10,2)), 'b', 'x') AS st, "
+        "map('k', 1L) AS m, named_struct('b', 'x', 'a', 1L) AS swapped, "
+        "collate('abc', 'UTF8_LCASE') AS s")
+    df = spark.sql(
+        "SELECT 1 AS n, named_struct('a', '1.00', 'b', 'x') AS st, map('k', 1) AS m, "
+        "named_struct('a', 1L, 'b', 'x') AS swapped, 'ABC' AS s")
+    out = _as_written(df, target).schema
+    assert out["n"].dataType == T.LongType()
+    assert out["st"].dataType.simpleString() == "struct<a:decimal(10,2),b:string>"
+    assert out["m"].dataType == df.schema["m"].dataType
+    assert out["swapped"].dataType == df.schema["swapped"].dataType
+    assert out["s"].dataType == T.StringType()  # binary: a change of case stays a change
