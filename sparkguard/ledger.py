@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 
 from sparkguard.ledger_locks import TargetLocks, lock_app_id
 from sparkguard.ledger_model import (  # the pure side, re-exported (no pyspark there)
+    ROLLBACK_LOCK_SUFFIX,
     RUN_STATES,
     TERMINAL_STATES,
     LockInfo,
@@ -55,6 +56,7 @@ from sparkguard.ledger_schema import (
 from sparkguard.ledger_tables import LedgerTables
 
 __all__ = [
+    "ROLLBACK_LOCK_SUFFIX",
     "RUN_STATES",
     "TERMINAL_STATES",
     "Ledger",
@@ -210,21 +212,18 @@ class Ledger(LedgerTables):
         return self.locks.acquire(targets, run_id, owner, takeover=takeover,
                                   stale_after_s=stale_after_s)
 
-    def abandon_taken_over(self, decisions: dict[str, tuple[str, LockInfo | None]], by: str,
-                           spare: Sequence[str] = ()) -> dict[str, str]:
-        """The locks ``by`` took over (target -> the id that held it), from :meth:`acquire`'s
-        decisions. Each run that held one is recorded ``abandoned``, except those in ``spare``
-        and rollbacks (an id ending ``/rollback``: its run stays ``rolling_back``)."""
-        took_over = {t: h.run_id for t, (what, h) in decisions.items()
-                     if what == "takeover" and h is not None}
+    def abandon_taken_over(self, took_over: dict[str, str], by: str,
+                           spare: Sequence[str] = ()) -> None:
+        """Record ``abandoned`` each run whose lock ``by`` took over (``took_over``: target ->
+        the id that held it, :func:`taken_over`), except those in ``spare`` and rollbacks (an
+        id ending ``/rollback``: its run stays ``rolling_back``)."""
         for other in sorted(set(took_over.values()) - set(spare)):
-            if other.endswith("/rollback"):
+            if other.endswith(ROLLBACK_LOCK_SUFFIX):
                 continue
             old = self.progress(other)  # recorded under its own plan's fingerprint
             self.record_run(other, "abandoned", fingerprint=old.fingerprint if old else "?",
                             taken_over_by=by,
                             targets=sorted(t for t, r in took_over.items() if r == other))
-        return took_over
 
     def release_finished(self, target: str, holder: LockInfo) -> None:
         """Release a lock left by a run that ended without releasing it."""

@@ -22,7 +22,15 @@ from pyspark.sql import functions as F
 from sparkguard import delta_ops
 from sparkguard.delta_ops import is_conflict
 from sparkguard.errors import ConcurrentRunError
-from sparkguard.ledger_model import LockInfo, RunProgress, lock_decision, lock_holders, run_progress
+from sparkguard.ledger_model import (
+    LockInfo,
+    RunProgress,
+    holder_activity,
+    lock_decision,
+    lock_holders,
+    lock_run_id,
+    run_progress,
+)
 from sparkguard.ledger_schema import lock_row, now
 from sparkguard.ledger_tables import LedgerTables
 from sparkguard.sql import TableRef
@@ -106,16 +114,16 @@ class TargetLocks:
         targets = sorted(set(targets))
         holders = self.lock_holders(targets)
         at = now()
-        others = self._runs_of(sorted({h.run_id for h in holders.values()
+        others = self._runs_of(sorted({lock_run_id(h.run_id) for h in holders.values()
                                        if h.held and h.token != self.token}))
         decisions: dict[str, tuple[str, LockInfo | None]] = {}
         for t in targets:
             holder = holders.get(t)
-            prog = others.get(holder.run_id) if holder is not None else None
+            state, last = (holder_activity(holder, others.get(lock_run_id(holder.run_id)))
+                           if holder is not None else (None, None))
             what, why = lock_decision(holder, run_id=run_id, token=self.token, host=self.host,
                                       now=at, takeover=takeover, stale_after_s=stale_after_s,
-                                      last_activity=prog.last_at if prog else None,
-                                      holder_state=prog.state if prog else None)
+                                      last_activity=last, holder_state=state)
             if what == "refuse":
                 assert holder is not None
                 raise ConcurrentRunError(

@@ -36,6 +36,7 @@ __all__ = [
     "AUDIT_JSON",
     "CHAIN_ORDER",
     "CLOCK",
+    "ROLLBACK_LOCK_SUFFIX",
     "RUN_STATES",
     "TARGET_EVENTS",
     "TERMINAL_STATES",
@@ -47,14 +48,17 @@ __all__ = [
     "audit_body",
     "chained_hash",
     "decode_row",
+    "holder_activity",
     "instant",
     "local_time",
     "lock_decision",
     "lock_holders",
+    "lock_run_id",
     "next_action",
     "pid_alive",
     "plus",
     "run_progress",
+    "taken_over",
 ]
 
 
@@ -268,6 +272,36 @@ def pid_alive(pid: int | None) -> bool:
             return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+ROLLBACK_LOCK_SUFFIX = "/rollback"  # a rollback of run R holds its locks as "R/rollback"
+
+
+def lock_run_id(holder_id: str) -> str:
+    """The run whose ledger events tell what a lock's holder did: the run itself, or for a
+    rollback's lock the run it rolls back (a rollback records its events under that run)."""
+    return holder_id.removesuffix(ROLLBACK_LOCK_SUFFIX)
+
+
+def taken_over(decisions: dict[str, tuple[str, LockInfo | None]]) -> dict[str, str]:
+    """The locks taken over, from an acquisition's decisions: target -> the id that held it."""
+    return {t: h.run_id for t, (what, h) in decisions.items()
+            if what == "takeover" and h is not None}
+
+
+def holder_activity(holder: LockInfo, prog: RunProgress | None
+                    ) -> tuple[str | None, dt.datetime | None]:
+    """The state and newest ledger event that :func:`lock_decision` judges ``holder`` by, from
+    the progress of :func:`lock_run_id`'s run. A rollback's lock counts as finished only when
+    that run's newest event, after the lock was taken, ends a rollback; before that the run's
+    own end (``done``) says nothing of the rollback that holds the lock."""
+    if prog is None:
+        return None, None
+    if not holder.run_id.endswith(ROLLBACK_LOCK_SUFFIX):
+        return prog.state, prog.last_at
+    ended = (prog.state in ("rolled_back", "rollback_abandoned")
+             and instant(prog.last_at) >= instant(holder.at))
+    return (prog.state if ended else "rolling_back"), prog.last_at
 
 
 def lock_decision(holder: LockInfo | None, *, run_id: str, token: str, host: str, now: dt.datetime,

@@ -37,11 +37,12 @@ from sparkguard import delta_ops
 from sparkguard.audit import AUDIT_KEY_ENV
 from sparkguard.audit_trail import audit_key
 from sparkguard.doc_io import atomic_write, dump_yaml
-from sparkguard.errors import GateFailedError, RollbackRefusedError
+from sparkguard.errors import ConcurrentRunError, GateFailedError, RollbackRefusedError
 from sparkguard.evidence import render_markdown
 from sparkguard.evidence_md import left_unfinished
 from sparkguard.faults import failpoint
-from sparkguard.ledger import Ledger, RunProgress, run_progress
+from sparkguard.ledger import ROLLBACK_LOCK_SUFFIX, Ledger, RunProgress, run_progress
+from sparkguard.ledger_model import taken_over
 from sparkguard.notify import Notifier, notifiers_from_env, send_all
 from sparkguard.publish import PublishControl
 from sparkguard.reconcile.engine import table_fingerprint
@@ -218,6 +219,24 @@ class _Held:
     located: dict[str, str]
     took_over: dict[str, str]
 
+    def going_ahead(self) -> None:
+        """Past the refusals: a run whose lock was taken over is recorded ``abandoned``
+        (never the run rolled back). A rollback refused before this records nothing of it:
+        that run, its lock released again, can still resume."""
+        self.ledger.abandon_taken_over(self.took_over, rollback_lock_id(self.prog.run_id),
+                                       spare=[self.prog.run_id])
+
+    def check_fence(self, dataset: str) -> None:
+        """Restore only while this rollback's lock event is still the target's newest: a
+        rollback outliving the stale-lock timeout can be taken over, and the process that took
+        the lock is then the only one allowed to change the target."""
+        holder = self.ledger.lock_holder(self.located[dataset])
+        if holder is None or holder.token != self.ledger.token:
+            raise ConcurrentRunError(
+                f"{dataset}: this rollback no longer holds the target's lock ("
+                + (f"taken over by {holder.describe()}" if holder is not None else "released")
+                + "); it stops before restoring it, and publish stays paused")
+
 
 @contextmanager
 def _holding_targets(spark: SparkSession, home: str, run_id: str,
@@ -225,8 +244,9 @@ def _holding_targets(spark: SparkSession, home: str, run_id: str,
                      takeover: Takeover | None, out: Callable[[str], None]) -> Iterator[_Held]:
     """The run's ledger, events and progress, with its targets' locks held under the
     rollback's id. An unknown run, or one ``check`` refuses, is refused before any lock is
-    taken. A lock taken over (``takeover``) is said, and a run that held it is recorded
-    ``abandoned`` unless it is the run rolled back."""
+    taken. The run's events are read again once the locks are held (a process that held one
+    may have recorded more, a promotion even): a run that moved on to another target is
+    refused. A lock taken over (``takeover``) is said."""
     ledger = Ledger(spark, home)
     events = ledger.run_events(run_id)
     if not events:
@@ -242,10 +262,21 @@ def _holding_targets(spark: SparkSession, home: str, run_id: str,
     decisions = ledger.acquire(keys, lock_id, _actor(), takeover=takeover is not None,
                                stale_after_s=takeover.stale_after_s if takeover else 0)
     try:
-        took_over = ledger.abandon_taken_over(decisions, lock_id, spare=[run_id])
+        took_over = taken_over(decisions)
         for key, holder in sorted(took_over.items()):
             out(f"took over the lock of {key} from {holder} (idle past the stale timeout)")
-        yield _Held(ledger, events, prog, located, took_over)
+        fresh = ledger.run_events(run_id)
+        if len(fresh) != len(events):
+            prog = run_progress(fresh)
+            if check is not None:
+                check(prog)
+            if not {tp.dataset for tp in prog.targets.values() if tp.rollback_version
+                    is not None and tp.dataset is not None} <= set(datasets):
+                raise ConcurrentRunError(
+                    f"run {run_id} recorded a promotion of another target while this rollback "
+                    "took its locks (another process is running it); nothing was done: "
+                    "re-run the rollback")
+        yield _Held(ledger, fresh, prog, located, took_over)
     finally:
         ledger.release(keys, lock_id)
 
@@ -273,9 +304,7 @@ def abandon_rollback(spark: SparkSession, home: str, run_id: str, reason: str, *
 
     actor = _actor()
     with _holding_targets(spark, home, run_id, stopped, takeover=takeover, out=out) as held:
-        ledger, located = held.ledger, held.located
-        events = ledger.run_events(run_id)  # again, with the locks held
-        prog = run_progress(events)
+        ledger, located, events, prog = held.ledger, held.located, held.events, held.prog
         if prog.state == "rollback_abandoned":
             return _abandoned_before(prog, events, out, ledger)
         if prog.state != "rolling_back":  # another process finished it meanwhile
@@ -284,6 +313,7 @@ def abandon_rollback(spark: SparkSession, home: str, run_id: str, reason: str, *
         targets = [_where_left(spark, run_id, label, tp.dataset, tp.rollback_version)
                    for label, tp in sorted(prog.targets.items())
                    if tp.rollback_version is not None and tp.dataset is not None]
+        held.going_ahead()
         ledger.record_run(run_id, "rollback_abandoned", fingerprint=prog.fingerprint,
                           actor=actor, reason=reason, targets=targets,
                           took_over_locks_of=held.took_over or None)
@@ -338,7 +368,7 @@ def _where_left(spark: SparkSession, run_id: str, label: str, dataset: str,
 
 def rollback_lock_id(run_id: str) -> str:
     """The id under which the rollback of ``run_id`` holds its targets' locks."""
-    return f"{run_id}/rollback"
+    return run_id + ROLLBACK_LOCK_SUFFIX
 
 
 def _rollback_locked(spark: SparkSession, held: _Held, *, force: bool,
@@ -366,6 +396,7 @@ def _rollback_locked(spark: SparkSession, held: _Held, *, force: bool,
     problems = _refusals(todo, force)
     if problems:
         raise RollbackRefusedError("rollback refused, nothing restored:\n  " + "\n  ".join(problems))
+    held.going_ahead()
     if prog.state != "rolling_back":  # a re-run's hold is set already
         paused = [p.dataset for p in todo]
         publish.pause(paused, run_id=hold, actor=actor, reason=f"rollback of run {run_id}",
@@ -378,6 +409,7 @@ def _rollback_locked(spark: SparkSession, held: _Held, *, force: bool,
                           took_over_locks_of=took_over)
     failpoint("mid_rollback")
     for pt in todo:
+        held.check_fence(pt.dataset)
         seen = _recheck(spark, prog.run_id, pt, [p for p in todo if p.new_version is not None])
         _restore_one(spark, ledger, prog, pt, _window_predicate(window), out, seen)
     for pt in done:

@@ -9,6 +9,7 @@ from sparkguard.errors import ConcurrentRunError, GuardError, SparkguardError
 from sparkguard.guard import blocking, static_findings
 from sparkguard.guard_live import live_check
 from sparkguard.ledger import PlanHistory, RunProgress, new_run_id
+from sparkguard.ledger_model import taken_over
 from sparkguard.plan.approvals import valid_approvals
 from sparkguard.run.context import RunContext, RunState, notify, record
 from sparkguard.run.data import job
@@ -89,7 +90,8 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState, again: bool = Fals
         visit_lock(stage, ctx, state, again=True)
         return
     # a dead rollback's lock is named in took_over_locks_of; its run stays rolling_back
-    took_over = ctx.ledger.abandon_taken_over(decisions, state.run_id, spare=[state.run_id])
+    took_over = taken_over(decisions)
+    ctx.ledger.abandon_taken_over(took_over, state.run_id, spare=[state.run_id])
     if prev is not None:
         _load_resume(ctx, state, prev)
     if state.source_version is None:

@@ -153,6 +153,36 @@ def test_lock_decisions() -> None:
                   last_activity=T0 + dt.timedelta(minutes=58)) == "refuse"
 
 
+def test_a_rollbacks_lock_is_judged_by_the_events_of_the_run_it_rolls_back() -> None:
+    """A rollback holds its locks as ``R/rollback`` and records its events under ``R``: its
+    idle time counts from R's newest event, and its lock is finished only when R's newest
+    event, after the lock, ends a rollback (R's own ``done`` says nothing of it)."""
+    from sparkguard.ledger_model import holder_activity, lock_run_id
+
+    held = lock(run="r0/rollback", minute=0)
+    assert lock_run_id(held.run_id) == "r0" and lock_run_id("r0") == "r0"
+
+    def events(*states: tuple[str, int]) -> Any:
+        return run_progress([{"run_id": "r0", "state": st, "plan_fingerprint": FP,
+                              "at": T0 + dt.timedelta(minutes=m), "details": {}}
+                             for st, m in states])
+
+    def judged(prog: Any, **kw: Any) -> str:
+        state, last = holder_activity(held, prog)
+        return decide(held, holder_state=state, last_activity=last, alive=None, **kw)
+
+    # checking before its RESTORE, R still reads done: not finished, and refused
+    assert judged(events(("started", -30), ("done", -20))) == "refuse"
+    # restoring: its rolling_back event 58 minutes after the lock is activity (idle 2 min)
+    assert judged(events(("done", -20), ("rolling_back", 58)), takeover=True) == "refuse"
+    assert judged(events(("done", -20), ("rolling_back", 1)), takeover=True) == "takeover"
+    # it recorded rolled_back (or rollback_abandoned) and died before releasing: finished
+    assert judged(events(("rolling_back", 1), ("rolled_back", 2))) == "finished"
+    assert judged(events(("rolling_back", 1), ("rollback_abandoned", 2))) == "finished"
+    # an earlier rollback's end, before this lock was taken, is not this one's
+    assert judged(events(("rolled_back", -5))) == "refuse"
+
+
 def test_lock_refusal_names_holder_owner_and_start() -> None:
     what, why = lock_decision(lock(run="r0"), run_id="r1", token="me", host="h", now=T0,
                               takeover=False, stale_after_s=60, alive=True)

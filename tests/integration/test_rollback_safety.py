@@ -716,3 +716,58 @@ def test_a_run_that_died_on_another_host_after_its_promotion_is_rolled_back_over
     assert led.run_events(prog.run_id)[-1]["details"]["took_over_locks_of"] == {
         key: prog.run_id}
     assert led.lock_holder(key) is None
+
+
+def test_a_rollback_whose_lock_was_taken_over_stops_before_restoring(
+        spark: Any, promoted: Promoted, monkeypatch: Any) -> None:
+    """Fencing, as a run has before promoting: a rollback that outlived the stale-lock timeout
+    and was taken over (here, just after it recorded ``rolling_back``) restores nothing; the
+    process that took the lock is the only one that may change the target."""
+    from sparkguard.errors import ConcurrentRunError
+    from tests.failpoints import on_failpoint
+
+    root, run_id, _before = promoted
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    key = lock_key_of(spark, target)
+    n = len(_history(spark, target))
+    other = Ledger(spark, home)
+
+    def taken(_fp: str) -> None:
+        other.acquire([key], "20261207T000000Z-other000", "bob", takeover=True,
+                      stale_after_s=0)
+
+    on_failpoint(monkeypatch, rollback, "mid_rollback", taken)
+    with pytest.raises(ConcurrentRunError, match="no longer holds the target's lock"):
+        rollback.rollback_run(spark, home, run_id, out=lambda _m: None)
+    assert len(_history(spark, target)) == n  # no RESTORE
+    led = Ledger(spark, home)
+    assert run_progress(led.run_events(run_id)).state == "rolling_back"
+    holder = led.lock_holder(key)
+    assert holder is not None and holder.run_id == "20261207T000000Z-other000"
+    assert is_paused(home, str(target))
+
+
+def test_a_rollback_refused_after_taking_a_lock_over_leaves_that_run_resumable(
+        spark: Any, promoted: Promoted, capsys: Any) -> None:
+    """A rollback that takes over another run's stale lock and is then refused (another writer
+    committed: ``--force`` needed) records nothing of that run: it is not marked
+    ``abandoned``, and with the lock released again it can still resume."""
+    root, run_id, _before = promoted
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    DeltaTable.forPath(spark, str(target)).update(F.col("order_id") == 1_000_001,
+                                                  {"status": F.lit("late-fix")})
+    key, lost = lock_key_of(spark, target), "20261207T010000Z-lost0000"
+    dead = Ledger(spark, home)
+    dead.locks.host = "db-cluster-0412"
+    dead.acquire([key], lost, "carol@example.com")
+    dead.record_run(lost, "started", fingerprint="a" * 64, plan_name="other")
+    n = len(_history(spark, target))
+    capsys.readouterr()
+    assert _rollback(root, run_id, "--takeover-stale-lock", "--stale-lock-timeout", "0.001") == 2
+    captured = capsys.readouterr()
+    assert f"took over the lock of {key} from {lost}" in captured.out
+    assert "--force" in captured.err and "nothing restored" in captured.err
+    led = Ledger(spark, home)
+    assert [e["state"] for e in led.run_events(lost)] == ["started"]
+    assert run_progress(led.run_events(run_id)).state == "done"
+    assert led.lock_holder(key) is None and len(_history(spark, target)) == n
