@@ -771,3 +771,30 @@ def test_a_rollback_refused_after_taking_a_lock_over_leaves_that_run_resumable(
     assert [e["state"] for e in led.run_events(lost)] == ["started"]
     assert run_progress(led.run_events(run_id)).state == "done"
     assert led.lock_holder(key) is None and len(_history(spark, target)) == n
+
+
+def test_a_rollback_reads_the_run_again_once_its_locks_are_held(
+        spark: Any, promoted: Promoted, monkeypatch: Any) -> None:
+    """The run's events read before the locks were taken may be stale: a process holding a lock
+    may record more before releasing it. Here the run records the promotion of a target the
+    first read did not have: the rollback refuses (exit 2) rather than restore only part of
+    what the run promoted."""
+    from sparkguard.errors import ConcurrentRunError
+
+    root, run_id, _before = promoted
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    fp = run_progress(Ledger(spark, home).run_events(run_id)).fingerprint
+    real = Ledger.acquire
+
+    def acquire_then_the_run_moves_on(self: Ledger, *a: Any, **k: Any) -> Any:
+        out = real(self, *a, **k)
+        self.record_run(run_id, "promoting", fingerprint=fp, target=str(root / "late"),
+                        version_read=3, label="late")
+        return out
+
+    monkeypatch.setattr(Ledger, "acquire", acquire_then_the_run_moves_on)
+    n = len(_history(spark, target))
+    with pytest.raises(ConcurrentRunError, match="promotion of another target"):
+        rollback.rollback_run(spark, home, run_id, out=lambda _m: None)
+    assert len(_history(spark, target)) == n
+    assert Ledger(spark, home).lock_holder(lock_key_of(spark, target)) is None
