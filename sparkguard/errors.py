@@ -88,6 +88,11 @@ class ConcurrentRunError(SparkguardError):
     exit_code = EXIT_USAGE
 
 
+class LockLostError(ConcurrentRunError):
+    """Raised when this run's lock on a target was taken over while it worked (after the
+    stale-lock timeout): it stops, and after a promotion it writes nothing more."""
+
+
 class GateFailedError(SparkguardError):
     """Raised when a reconciliation gate or a promotion verification fails."""
 

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType
 
 from sparkguard.delta_ops import WriteChecks
+from sparkguard.errors import LockLostError
 from sparkguard.ledger import Ledger, PlanHistory, RunProgress
 from sparkguard.notify import Notifier, send_all
 from sparkguard.plan.model import BackfillPlan, Promotion, TargetSpec
@@ -25,7 +26,7 @@ from sparkguard.reconcile.verdicts import GateResult, ReconcileResult
 from sparkguard.run.stages import RunOptions
 from sparkguard.sql import PartitionType, TableRef, window_predicate
 
-__all__ = ["RunContext", "RunState", "TargetState", "Window", "notify", "record"]
+__all__ = ["RunContext", "RunState", "TargetState", "Window", "fence", "notify", "record"]
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,29 @@ class RunState:
     @property
     def resumed_state(self) -> str | None:
         return self.resumed.state if self.resumed is not None else None
+
+    @property
+    def promoted_any(self) -> bool:
+        """Whether a target of this run has a promotion in place (committed and recorded)."""
+        return any(st.promoted_version is not None and not st.restored
+                   for st in self.targets.values())
+
+
+def fence(ctx: RunContext, state: RunState, labels: Sequence[str] | None = None,
+          doing: str = "going on") -> None:
+    """Go on only while this process's lock event is still the newest of each target (one
+    read): a run outliving the stale-lock timeout can be taken over (by a run or a rollback,
+    ``--takeover-stale-lock``), and the process that took a lock is then the only one allowed
+    to change that target. Raises LockLostError otherwise."""
+    keys = sorted({state.lock_keys[label] for label in (labels or list(state.lock_keys))})
+    holders = ctx.ledger.lock_holders(keys)
+    for key in keys:
+        holder = holders.get(key)
+        if holder is None or not holder.held or holder.token != ctx.ledger.token:
+            raise LockLostError(
+                f"this run no longer holds the target's lock on {key} ("
+                + (f"taken over by {holder.describe()}" if holder is not None and holder.held
+                   else "released") + f"); it stops before {doing}")
 
 
 def record(ctx: RunContext, state: RunState, event: str, st: TargetState | None = None,

@@ -17,7 +17,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from sparkguard import faults
-from sparkguard.errors import EXIT_RUNTIME, GateFailedError, SparkguardError, TargetMovedError
+from sparkguard.errors import (
+    EXIT_RUNTIME,
+    GateFailedError,
+    LockLostError,
+    SparkguardError,
+    TargetMovedError,
+)
 from sparkguard.ledger import Ledger
 from sparkguard.notify import Notifier, notifiers_from_env
 from sparkguard.plan.fingerprint import fingerprint
@@ -33,7 +39,15 @@ from sparkguard.plan.window_spec import range_window
 from sparkguard.publish import PublishControl
 from sparkguard.run import stages as S
 from sparkguard.run.check import visit_reconcile
-from sparkguard.run.context import RunContext, RunState, TargetState, Window, notify, record
+from sparkguard.run.context import (
+    RunContext,
+    RunState,
+    TargetState,
+    Window,
+    fence,
+    notify,
+    record,
+)
 from sparkguard.run.finish import (
     release_locks,
     visit_dry_run_stop,
@@ -130,6 +144,8 @@ def _walk(ctx: RunContext, state: RunState, stages: list[S.Stage]) -> RunOutcome
         left = rows_left(ctx, state) if state.work_rows else 0
         ctx.say(S.stage_line(i, len(stages), stage, ctx.elapsed(),
                              S.estimate_left(state.work_s, state.work_rows, left)))
+        if state.promoted_any and not isinstance(stage, S.Promote):
+            fence(ctx, state, doing=f"stage {i} ({stage.kind})")
         _VISIT[type(stage)](stage, ctx, state)
         if isinstance(stage, S.DryRunStop):
             return RunOutcome(state.run_id, 0, "dry run passed: every gate passed, target and "
@@ -148,6 +164,7 @@ def _evaluate(ctx: RunContext, state: RunState, stages: list[S.Stage]) -> RunOut
     except (GateFailedError, TargetMovedError) as exc:
         if not state.holds_locks:
             raise
+        _stop_if_fenced(ctx, state, exc)
         restored = _restore_or_fail(ctx, state, exc)
         record(ctx, state, "gate_failed", error=str(exc), restored=restored)
         notify(ctx, state, "gate_failed", error=str(exc))
@@ -157,11 +174,36 @@ def _evaluate(ctx: RunContext, state: RunState, stages: list[S.Stage]) -> RunOut
         return RunOutcome(state.run_id, 1, str(exc), path, report_of(ctx, state).targets)
     except Exception as exc:
         if state.holds_locks:  # a run refused its lock writes nothing (the holder's run is live)
+            _stop_if_fenced(ctx, state, exc)
             _fail(ctx, state, exc)
         raise
     finally:
         if state.holds_locks:
             release_locks(ctx, state)
+
+
+def _stop_if_fenced(ctx: RunContext, state: RunState, exc: Exception) -> None:
+    """A run with a promotion in place whose lock was taken over (a rollback or another run
+    took it after the stale-lock timeout) writes nothing more: no RESTORE, no ledger event,
+    no evidence, no publish change, no lock release; the process holding the lock owns the
+    target now. Raises LockLostError then; returns otherwise (a failed look at the lock too)."""
+    if not state.promoted_any:
+        return
+    lost = exc if isinstance(exc, LockLostError) else None
+    if lost is None:
+        try:
+            fence(ctx, state, doing="restoring or recording anything")
+        except LockLostError as fenced:
+            lost = fenced
+        except Exception:  # the lock is unreadable: handle exc as ever
+            return
+    if lost is None:
+        return
+    state.holds_locks = False
+    ctx.say(f"STOPPED: {lost}; this run wrote nothing more")
+    if lost is exc:
+        raise lost
+    raise lost from exc
 
 
 def _why(exc: BaseException) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sparkguard import delta_ops, faults
-from sparkguard.errors import ConcurrentRunError, GateFailedError, SparkguardError, TargetMovedError
+from sparkguard.errors import GateFailedError, SparkguardError, TargetMovedError
 from sparkguard.plan.model import Promotion
 from sparkguard.reconcile.engine import reconcile, table_fingerprint
 from sparkguard.reconcile.spec import spec_for_target
@@ -16,6 +16,7 @@ from sparkguard.run.context import (
     RunContext,
     RunState,
     TargetState,
+    fence,
     notify,
     record,
     record_promoted,
@@ -46,19 +47,14 @@ def visit_promote(stage: Promote, ctx: RunContext, state: RunState) -> None:
                               f"after version {current}")
     _landed(ctx, state, st, current, found, commits)
     faults.failpoint("after_promote_ledger")
+    fence(ctx, state, [label], f"verifying {label}")
     verify(ctx, state, st)
 
 
 def _still_locked(ctx: RunContext, state: RunState, st: TargetState) -> None:
-    """Fence: promote only while this process's lock event is still the target's newest. A run
-    outliving the stale-lock timeout can be taken over (``--takeover-stale-lock``); the run
-    that took the lock over is then the only one allowed to promote."""
-    holder = ctx.ledger.lock_holder(state.lock_keys[st.spec.label])
-    if holder is None or holder.token != ctx.ledger.token:
-        raise ConcurrentRunError(
-            f"{st.spec.label}: this run no longer holds the target's lock ("
-            + (f"taken over by {holder.describe()}" if holder is not None else "released")
-            + "); it stops before promoting, the target is unchanged and publish stays paused")
+    """Fence: promote only while this process's lock event is still the target's newest."""
+    fence(ctx, state, [st.spec.label], f"promoting {st.spec.label}: the target is unchanged "
+          "and publish stays paused")
 
 
 def _landed(ctx: RunContext, state: RunState, st: TargetState, checked: int, found: int,

@@ -234,3 +234,43 @@ def test_a_run_that_died_on_another_host_is_resumed_by_taking_its_stale_lock_ove
     assert events[1]["details"]["took_over_locks_of"] == {target: run_id}
     assert run_progress(events).state == "dry_run_passed"
     assert Ledger(spark, home).lock_holder(target) is None
+
+
+@pytest.mark.parametrize("then", ["nothing", "restore"])
+def test_a_run_whose_lock_was_taken_over_after_its_promotion_writes_nothing_more(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any,
+        then: str) -> None:
+    """Fencing after the promotion: a run taken over once its promotion is recorded (by a
+    rollback from another host, say, which may have restored the target already) stops with
+    exit 2 and writes nothing more: no RESTORE of its own, no ledger event, no evidence, no
+    publish change, no lock release. It used to go on: verify, write evidence, reopen publish
+    and record ``done`` over the rollback, or restore the target a second time."""
+    from sparkguard import faults
+    from sparkguard.publish import is_paused
+    from tests.failpoints import on_failpoint
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    key, taker = lock_key_of(spark, target), "20261201T090000Z-taker000"
+    v0 = _version(spark, target)
+
+    def take_over(_name: str) -> None:
+        Ledger(spark, home).acquire([key], taker, "dave@example.com", takeover=True,
+                                    stale_after_s=0)
+        if then == "restore":
+            spark.sql(f"RESTORE TABLE delta.`{target}` TO VERSION AS OF {v0}")
+
+    on_failpoint(monkeypatch, faults, "after_promote_ledger", take_over, times=1)
+    capsys.readouterr()
+    assert _run(plan) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "no longer holds the target's lock" in err and f"taken over by run {taker}" in err
+    assert _version(spark, target) == v0 + (2 if then == "restore" else 1)  # none of its own
+    led = Ledger(spark, home)
+    (mine,) = [p for p in led.latest_runs() if p.run_id != taker]
+    assert [e["state"] for e in led.run_events(mine.run_id)][-1] == "promoted"
+    assert not list((root / "evidence").glob("*.yaml"))
+    assert is_paused(home, str(target))
+    holder = led.lock_holder(key)
+    assert holder is not None and holder.run_id == taker
