@@ -115,34 +115,49 @@ def test_second_run_refused_exit_2_naming_holder_then_stale_takeover_only_with_f
     assert led.lock_holder(key) is None  # released at the end
 
 
-def test_a_run_whose_lock_was_taken_over_stops_before_promoting(
-        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
-    """Fencing: a run slow enough to be taken over (``--takeover-stale-lock``) must not promote
-    after the takeover; the run that took the lock is the only one allowed to."""
+TAKER = "20261201T090000Z-taker000"
+
+
+def _taken_over_at(spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any,
+                   failpoint: str, restore: bool = False) -> tuple[Path, Path, Path, str, int]:
+    """A lake and plan whose run's lock run ``TAKER`` takes over at ``failpoint`` (restoring
+    the target to its version before the run too, with ``restore``): (root, plan, target, its
+    lock key, its version before the run)."""
     from sparkguard import faults
     from tests.failpoints import on_failpoint
 
     root = copy_lake(base_lake, tmp_path / "lake")
     plan = write_plan(root, _one_slice)
-    target, home = root / "target" / "orders_clean", str(root / "_sg")
-    key, taker = lock_key_of(spark, target), "20261201T090000Z-taker000"
-    v0 = _version(spark, target)
+    target = root / "target" / "orders_clean"
+    key, v0 = lock_key_of(spark, target), _version(spark, target)
 
     def take_over(_name: str) -> None:
-        Ledger(spark, home).acquire([key], taker, "dave@example.com", takeover=True,
-                                    stale_after_s=0)
+        Ledger(spark, str(root / "_sg")).acquire([key], TAKER, "dave@example.com",
+                                                 takeover=True, stale_after_s=0)
+        if restore:
+            spark.sql(f"RESTORE TABLE delta.`{target}` TO VERSION AS OF {v0}")
 
-    on_failpoint(monkeypatch, faults, "mid_reconcile", take_over, times=1)
+    on_failpoint(monkeypatch, faults, failpoint, take_over, times=1)
+    return root, plan, target, key, v0
+
+
+def test_a_run_whose_lock_was_taken_over_stops_before_promoting(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """Fencing: a run slow enough to be taken over (``--takeover-stale-lock``) must not promote
+    after the takeover; the run that took the lock is the only one allowed to."""
+    root, plan, target, key, v0 = _taken_over_at(spark, base_lake, tmp_path, monkeypatch,
+                                                 "mid_reconcile")
+    home = str(root / "_sg")
     capsys.readouterr()
     assert _run(plan) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert "no longer holds the target's lock" in err and f"taken over by run {taker}" in err
+    assert "no longer holds the target's lock" in err and f"taken over by run {TAKER}" in err
     assert _version(spark, target) == v0  # no promotion, no restore
     led = Ledger(spark, home)
-    (mine,) = [p for p in led.latest_runs() if p.run_id != taker]
+    (mine,) = [p for p in led.latest_runs() if p.run_id != TAKER]
     assert mine.state == "failed" and mine.targets["orders_clean"].rollback_version is None
     holder = led.lock_holder(key)  # the stopped run's release did not free the taker's lock
-    assert holder is not None and holder.run_id == taker
+    assert holder is not None and holder.run_id == TAKER
 
 
 @pytest.mark.parametrize("spelling", ["catalog name", "trailing slash"])
@@ -245,32 +260,20 @@ def test_a_run_whose_lock_was_taken_over_after_its_promotion_writes_nothing_more
     exit 2 and writes nothing more: no RESTORE of its own, no ledger event, no evidence, no
     publish change, no lock release. It used to go on: verify, write evidence, reopen publish
     and record ``done`` over the rollback, or restore the target a second time."""
-    from sparkguard import faults
     from sparkguard.publish import is_paused
-    from tests.failpoints import on_failpoint
 
-    root = copy_lake(base_lake, tmp_path / "lake")
-    plan = write_plan(root, _one_slice)
-    target, home = root / "target" / "orders_clean", str(root / "_sg")
-    key, taker = lock_key_of(spark, target), "20261201T090000Z-taker000"
-    v0 = _version(spark, target)
-
-    def take_over(_name: str) -> None:
-        Ledger(spark, home).acquire([key], taker, "dave@example.com", takeover=True,
-                                    stale_after_s=0)
-        if then == "restore":
-            spark.sql(f"RESTORE TABLE delta.`{target}` TO VERSION AS OF {v0}")
-
-    on_failpoint(monkeypatch, faults, "after_promote_ledger", take_over, times=1)
+    root, plan, target, key, v0 = _taken_over_at(spark, base_lake, tmp_path, monkeypatch,
+                                                 "after_promote_ledger", then == "restore")
+    home = str(root / "_sg")
     capsys.readouterr()
     assert _run(plan) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert "no longer holds the target's lock" in err and f"taken over by run {taker}" in err
+    assert "no longer holds the target's lock" in err and f"taken over by run {TAKER}" in err
     assert _version(spark, target) == v0 + (2 if then == "restore" else 1)  # none of its own
     led = Ledger(spark, home)
-    (mine,) = [p for p in led.latest_runs() if p.run_id != taker]
+    (mine,) = [p for p in led.latest_runs() if p.run_id != TAKER]
     assert [e["state"] for e in led.run_events(mine.run_id)][-1] == "promoted"
     assert not list((root / "evidence").glob("*.yaml"))
     assert is_paused(home, str(target))
     holder = led.lock_holder(key)
-    assert holder is not None and holder.run_id == taker
+    assert holder is not None and holder.run_id == TAKER
