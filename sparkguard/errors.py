@@ -90,7 +90,12 @@ class ConcurrentRunError(SparkguardError):
 
 class LockLostError(ConcurrentRunError):
     """Raised when this run's lock on a target was taken over while it worked (after the
-    stale-lock timeout): it stops, and after a promotion it writes nothing more."""
+    stale-lock timeout): it stops, and where it may have promoted a target whose lock it
+    lost, it writes nothing more. ``keys``: the lock keys lost."""
+
+    def __init__(self, message: str, keys: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.keys = keys or []
 
 
 class GateFailedError(SparkguardError):

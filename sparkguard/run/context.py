@@ -160,28 +160,44 @@ class RunState:
     def resumed_state(self) -> str | None:
         return self.resumed.state if self.resumed is not None else None
 
+    def may_have_promoted(self, label: str) -> bool:
+        """Whether target ``label`` may have this run's promotion in place: recorded, or its
+        rollback point recorded (the commit may have landed before a crash)."""
+        st = self.targets[label]
+        return (st.promoted_version is not None or st.rollback_version is not None) and \
+            not st.restored
+
     @property
     def promoted_any(self) -> bool:
-        """Whether a target of this run has a promotion in place (committed and recorded)."""
-        return any(st.promoted_version is not None and not st.restored
-                   for st in self.targets.values())
+        """Whether a target of this run may have a promotion in place."""
+        return any(self.may_have_promoted(label) for label in self.targets)
 
 
-def fence(ctx: RunContext, state: RunState, labels: Sequence[str] | None = None,
-          doing: str = "going on") -> None:
-    """Go on only while this process's lock event is still the newest of each target (one
+def fence(ctx: RunContext, state: RunState, doing: str = "going on", *,
+          unreadable_ok: bool = False) -> None:
+    """Go on only while this process's lock event is still the newest of every target (one
     read): a run outliving the stale-lock timeout can be taken over (by a run or a rollback,
     ``--takeover-stale-lock``), and the process that took a lock is then the only one allowed
-    to change that target. Raises LockLostError otherwise."""
-    keys = sorted({state.lock_keys[label] for label in (labels or list(state.lock_keys))})
-    holders = ctx.ledger.lock_holders(keys)
-    for key in keys:
-        holder = holders.get(key)
-        if holder is None or not holder.held or holder.token != ctx.ledger.token:
-            raise LockLostError(
-                f"this run no longer holds the target's lock on {key} ("
-                + (f"taken over by {holder.describe()}" if holder is not None and holder.held
-                   else "released") + f"); it stops before {doing}")
+    to change that target. Raises LockLostError naming the keys lost. With
+    ``unreadable_ok``, a lock table it cannot read is said and the run goes on (as it did
+    before these checks): a failed look must not undo a verified promotion."""
+    keys = sorted(set(state.lock_keys.values()))
+    try:
+        holders = ctx.ledger.lock_holders(keys)
+    except Exception as exc:
+        if not unreadable_ok:
+            raise
+        ctx.say(f"could not read the locks before {doing} ({type(exc).__name__}); going on")
+        return
+    lost = {k: holders.get(k) for k in keys
+            if holders.get(k) is None or not holders[k].held
+            or holders[k].token != ctx.ledger.token}
+    if lost:
+        key, holder = sorted(lost.items())[0]
+        raise LockLostError(
+            f"this run no longer holds the target's lock on {key} ("
+            + (f"taken over by {holder.describe()}" if holder is not None and holder.held
+               else "released") + f"); it stops before {doing}", sorted(lost))
 
 
 def record(ctx: RunContext, state: RunState, event: str, st: TargetState | None = None,

@@ -144,8 +144,8 @@ def _walk(ctx: RunContext, state: RunState, stages: list[S.Stage]) -> RunOutcome
         left = rows_left(ctx, state) if state.work_rows else 0
         ctx.say(S.stage_line(i, len(stages), stage, ctx.elapsed(),
                              S.estimate_left(state.work_s, state.work_rows, left)))
-        if state.promoted_any and not isinstance(stage, S.Promote):
-            fence(ctx, state, doing=f"stage {i} ({stage.kind})")
+        if state.promoted_any and not isinstance(stage, S.Promote):  # it fences itself
+            fence(ctx, state, doing=f"stage {i} ({stage.kind})", unreadable_ok=True)
         _VISIT[type(stage)](stage, ctx, state)
         if isinstance(stage, S.DryRunStop):
             return RunOutcome(state.run_id, 0, "dry run passed: every gate passed, target and "
@@ -183,10 +183,12 @@ def _evaluate(ctx: RunContext, state: RunState, stages: list[S.Stage]) -> RunOut
 
 
 def _stop_if_fenced(ctx: RunContext, state: RunState, exc: Exception) -> None:
-    """A run with a promotion in place whose lock was taken over (a rollback or another run
-    took it after the stale-lock timeout) writes nothing more: no RESTORE, no ledger event,
-    no evidence, no publish change, no lock release; the process holding the lock owns the
-    target now. Raises LockLostError then; returns otherwise (a failed look at the lock too)."""
+    """A run that may have a promotion in place on a target whose lock was taken over (a
+    rollback or another run took it after the stale-lock timeout) writes nothing more: no
+    RESTORE, no ledger event, no evidence, no publish change, no lock release; the process
+    holding that lock owns the target now. Raises LockLostError then. Returns otherwise: a
+    lost lock of a target it did not promote (the usual failure handling restores what it
+    promoted, whose locks it holds), or a lock table it cannot read (handled as ever)."""
     if not state.promoted_any:
         return
     lost = exc if isinstance(exc, LockLostError) else None
@@ -199,8 +201,13 @@ def _stop_if_fenced(ctx: RunContext, state: RunState, exc: Exception) -> None:
             return
     if lost is None:
         return
+    promoted = {state.lock_keys[label] for label in state.targets
+                if label in state.lock_keys and state.may_have_promoted(label)}
+    if not promoted & set(lost.keys):
+        return
     state.holds_locks = False
-    ctx.say(f"STOPPED: {lost}; this run wrote nothing more")
+    ctx.say(f"STOPPED: {lost}; this run wrote nothing more. Roll back what it promoted, if "
+            f"needed, with `sparkguard rollback --run-id {state.run_id}` once the lock is free")
     if lost is exc:
         raise lost
     raise lost from exc

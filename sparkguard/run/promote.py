@@ -34,10 +34,12 @@ __all__ = ["merge_window_bound", "verify", "visit_promote"]
 def visit_promote(stage: Promote, ctx: RunContext, state: RunState) -> None:
     st = state.targets[stage.target or ""]
     label = st.spec.label
+    # every target's lock: a promotion in place elsewhere must not be followed by this one
+    # once any lock was taken over
+    fence(ctx, state, doing=f"promoting {label}: it is unchanged")
     if st.rollback_version is not None and _already_promoted(ctx, state, st):
         return
     job(ctx, state, f"run {state.run_id} target {label}: promote")
-    _still_locked(ctx, state, st)
     current = _prepare_and_commit(ctx, state, st)
     faults.failpoint("after_promote_commit")
     commits = delta_ops.commits_since(ctx.spark, st.ref, current)
@@ -47,14 +49,8 @@ def visit_promote(stage: Promote, ctx: RunContext, state: RunState) -> None:
                               f"after version {current}")
     _landed(ctx, state, st, current, found, commits)
     faults.failpoint("after_promote_ledger")
-    fence(ctx, state, [label], f"verifying {label}")
+    fence(ctx, state, doing=f"verifying {label}", unreadable_ok=True)
     verify(ctx, state, st)
-
-
-def _still_locked(ctx: RunContext, state: RunState, st: TargetState) -> None:
-    """Fence: promote only while this process's lock event is still the target's newest."""
-    fence(ctx, state, [st.spec.label], f"promoting {st.spec.label}: the target is unchanged "
-          "and publish stays paused")
 
 
 def _landed(ctx: RunContext, state: RunState, st: TargetState, checked: int, found: int,

@@ -114,3 +114,38 @@ def test_failure_of_the_second_target_restores_the_first(
     assert all(t.restored for t in prog.targets.values())
     assert out.targets["orders_clean"].restored and out.targets["orders_enriched"].restored
     assert is_paused(spark, str(a), home) and is_paused(spark, str(b), home)
+
+
+def test_a_lock_taken_over_after_the_first_promotion_stops_the_second(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fencing across targets: once the first target is promoted and verified, a takeover of
+    its lock (a rollback from another host, say) stops the run before it promotes the second;
+    the run writes nothing more (the taker owns the first target; the second is unchanged)."""
+    from sparkguard.errors import LockLostError
+    from sparkguard.run import promote
+    from tests.lakes import lock_key_of
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _two_targets)
+    a, b = root / "target" / "orders_clean", root / "target" / "orders_enriched"
+    home, na, nb = str(root / "_sg"), len(_history(spark, a)), len(_history(spark, b))
+    real = promote.verify
+
+    def verify_then_taken_over(ctx: Any, state: Any, st: Any) -> None:
+        real(ctx, state, st)
+        if st.spec.label == "orders_clean":
+            Ledger(spark, home).acquire([lock_key_of(spark, a)], "20261201T090000Z-taker000",
+                                        "dave@example.com", takeover=True, stale_after_s=0)
+
+    monkeypatch.setattr(promote, "verify", verify_then_taken_over)
+    with pytest.raises(LockLostError, match="stops before promoting orders_enriched"):
+        run_backfill(spark, load_plan(plan), str(plan), home=home,
+                     evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    assert len(_history(spark, a)) == na + 1  # its promotion, nothing after it
+    assert len(_history(spark, b)) == nb  # never promoted
+    (prog,) = Ledger(spark, home).latest_runs()
+    events = Ledger(spark, home).run_events(prog.run_id)
+    assert [e["details"].get("label") for e in events if e["state"] == "promoted"] == [
+        "orders_clean"]
+    assert events[-1]["state"] == "verified"
+    assert is_paused(home, str(b))
