@@ -277,3 +277,37 @@ def test_a_run_whose_lock_was_taken_over_after_its_promotion_writes_nothing_more
     assert is_paused(home, str(target))
     holder = led.lock_holder(key)
     assert holder is not None and holder.run_id == TAKER
+
+
+def test_a_resumed_run_whose_promotion_landed_is_fenced_before_it_records_or_restores(
+        spark: Any, base_lake: Path, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """A run that died right after its promotion commit (the ledger has its rollback point
+    only) is resumed; taken over while resuming, it stops at the next stage and writes
+    nothing more: its landed promotion is neither recorded nor restored by it."""
+    from sparkguard import faults
+    from tests.failpoints import dies_at, on_failpoint
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    key, v0 = lock_key_of(spark, target), _version(spark, target)
+    dies_at(monkeypatch, faults, "after_promote_commit", lambda: _run(plan))
+    assert _version(spark, target) == v0 + 1  # landed; the ledger has "promoting" only
+    (crashed,) = Ledger(spark, home).latest_runs()
+    before = [e["state"] for e in Ledger(spark, home).run_events(crashed.run_id)]
+    assert before[-1] == "promoting"
+
+    def take_over(_name: str) -> None:
+        Ledger(spark, home).acquire([key], TAKER, "dave@example.com", takeover=True,
+                                    stale_after_s=0)
+
+    on_failpoint(monkeypatch, faults, "after_lock", take_over, times=1)
+    capsys.readouterr()
+    assert _run(plan) == EXIT_USAGE
+    assert f"taken over by run {TAKER}" in capsys.readouterr().err
+    assert _version(spark, target) == v0 + 1  # not restored by it
+    after = [e["state"] for e in Ledger(spark, home).run_events(crashed.run_id)]
+    assert after[:len(before)] == before
+    assert not {"promoted", "verified", "restored", "failed", "done"} & set(after[len(before):])
+    holder = Ledger(spark, home).lock_holder(key)
+    assert holder is not None and holder.run_id == TAKER
