@@ -212,6 +212,17 @@ class Ledger(LedgerTables):
         return self.locks.acquire(targets, run_id, owner, takeover=takeover,
                                   stale_after_s=stale_after_s)
 
+    def lost_locks(self, keys: Sequence[str]) -> dict[str, LockInfo | None]:
+        """The keys this process no longer holds (one read), each with the holder that has it
+        now (None when released): the fence before a change to a target."""
+        holders = self.lock_holders(keys)
+        lost: dict[str, LockInfo | None] = {}
+        for key in keys:
+            holder = holders.get(key)
+            if holder is None or not holder.held or holder.token != self.token:
+                lost[key] = holder if holder is not None and holder.held else None
+        return lost
+
     def abandon_taken_over(self, took_over: dict[str, str], by: str,
                            spare: Sequence[str] = ()) -> None:
         """Record ``abandoned`` each run whose lock ``by`` took over (``took_over``: target ->

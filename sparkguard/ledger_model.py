@@ -54,6 +54,7 @@ __all__ = [
     "lock_decision",
     "lock_holders",
     "lock_run_id",
+    "lost_lock_text",
     "next_action",
     "pid_alive",
     "plus",
@@ -281,6 +282,11 @@ def lock_run_id(holder_id: str) -> str:
     """The run whose ledger events tell what a lock's holder did: the run itself, or for a
     rollback's lock the run it rolls back (a rollback records its events under that run)."""
     return holder_id.removesuffix(ROLLBACK_LOCK_SUFFIX)
+
+
+def lost_lock_text(holder: LockInfo | None) -> str:
+    """Who has a lock this process lost: ``taken over by run ...`` or ``released``."""
+    return f"taken over by {holder.describe()}" if holder is not None else "released"
 
 
 def taken_over(decisions: dict[str, tuple[str, LockInfo | None]]) -> dict[str, str]:

@@ -42,7 +42,7 @@ from sparkguard.evidence import render_markdown
 from sparkguard.evidence_md import left_unfinished
 from sparkguard.faults import failpoint
 from sparkguard.ledger import ROLLBACK_LOCK_SUFFIX, Ledger, RunProgress, run_progress
-from sparkguard.ledger_model import taken_over
+from sparkguard.ledger_model import lost_lock_text, taken_over
 from sparkguard.notify import Notifier, notifiers_from_env, send_all
 from sparkguard.publish import PublishControl
 from sparkguard.reconcile.engine import table_fingerprint
@@ -230,12 +230,13 @@ class _Held:
         """Restore only while this rollback's lock event is still the target's newest: a
         rollback outliving the stale-lock timeout can be taken over, and the process that took
         the lock is then the only one allowed to change the target."""
-        holder = self.ledger.lock_holder(self.located[dataset])
-        if holder is None or holder.token != self.ledger.token:
+        lost = self.ledger.lost_locks([self.located[dataset]])
+        if lost:
+            (holder,) = lost.values()
             raise ConcurrentRunError(
-                f"{dataset}: this rollback no longer holds the target's lock ("
-                + (f"taken over by {holder.describe()}" if holder is not None else "released")
-                + "); it stops before restoring it, and publish stays paused")
+                f"{dataset}: this rollback no longer holds the target's lock "
+                f"({lost_lock_text(holder)}); it stops before restoring it, and publish stays "
+                "paused")
 
 
 @contextmanager

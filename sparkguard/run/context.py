@@ -18,6 +18,7 @@ from pyspark.sql.types import DataType
 from sparkguard.delta_ops import WriteChecks
 from sparkguard.errors import LockLostError
 from sparkguard.ledger import Ledger, PlanHistory, RunProgress
+from sparkguard.ledger_model import lost_lock_text
 from sparkguard.notify import Notifier, send_all
 from sparkguard.plan.model import BackfillPlan, Promotion, TargetSpec
 from sparkguard.plan.window_spec import RangeWindow
@@ -181,23 +182,18 @@ def fence(ctx: RunContext, state: RunState, doing: str = "going on", *,
     to change that target. Raises LockLostError naming the keys lost. With
     ``unreadable_ok``, a lock table it cannot read is said and the run goes on (as it did
     before these checks): a failed look must not undo a verified promotion."""
-    keys = sorted(set(state.lock_keys.values()))
     try:
-        holders = ctx.ledger.lock_holders(keys)
+        lost = ctx.ledger.lost_locks(sorted(set(state.lock_keys.values())))
     except Exception as exc:
         if not unreadable_ok:
             raise
         ctx.say(f"could not read the locks before {doing} ({type(exc).__name__}); going on")
         return
-    lost = {k: holders.get(k) for k in keys
-            if holders.get(k) is None or not holders[k].held
-            or holders[k].token != ctx.ledger.token}
     if lost:
-        key, holder = sorted(lost.items())[0]
-        raise LockLostError(
-            f"this run no longer holds the target's lock on {key} ("
-            + (f"taken over by {holder.describe()}" if holder is not None and holder.held
-               else "released") + f"); it stops before {doing}", sorted(lost))
+        key = min(lost)
+        raise LockLostError(f"this run no longer holds the target's lock on {key} ("
+                            f"{lost_lock_text(lost[key])}); it stops before {doing}",
+                            sorted(lost))
 
 
 def record(ctx: RunContext, state: RunState, event: str, st: TargetState | None = None,
