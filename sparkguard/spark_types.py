@@ -3,32 +3,62 @@ are (maps, variants), wherever they are nested."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pyspark.sql import types as T
 
 from sparkguard.sql import quote_column
 
-__all__ = ["field_names", "holds_type", "holds_unordered", "leaf_fields", "same_field_names",
-           "sql_type"]
+__all__ = ["collated", "field_names", "holds_collated", "holds_type", "holds_unordered",
+           "in_binary", "leaf_fields", "same_field_names", "sql_type"]
 
 
 def holds_type(dtype: T.DataType, *kinds: type[T.DataType]) -> bool:
     """Whether ``dtype`` is, or holds in an array, map or struct, a type of ``kinds``."""
-    if isinstance(dtype, kinds):
+    return _holds(dtype, lambda t: isinstance(t, kinds))
+
+
+def _holds(dtype: T.DataType, test: Callable[[T.DataType], bool]) -> bool:
+    if test(dtype):
         return True
     if isinstance(dtype, T.ArrayType):
-        return holds_type(dtype.elementType, *kinds)
+        return _holds(dtype.elementType, test)
     if isinstance(dtype, T.MapType):
-        return holds_type(dtype.keyType, *kinds) or holds_type(dtype.valueType, *kinds)
+        return _holds(dtype.keyType, test) or _holds(dtype.valueType, test)
     if isinstance(dtype, T.StructType):
-        return any(holds_type(f.dataType, *kinds) for f in dtype.fields)
+        return any(_holds(f.dataType, test) for f in dtype.fields)
     return False
 
 
 def holds_unordered(dtype: T.DataType) -> bool:
     """A map or a variant anywhere: ``<=>`` compares neither, so they compare as JSON."""
     return holds_type(dtype, T.MapType, T.VariantType)
+
+
+def collated(dtype: T.DataType) -> bool:
+    """Text with a collation other than binary (``UTF8_LCASE``, say): ``<=>`` and ``=`` compare
+    it in that collation, blind to a change of case."""
+    return isinstance(dtype, T.StringType) and not dtype.isUTF8BinaryCollation()
+
+
+def holds_collated(dtype: T.DataType) -> bool:
+    """Collated text (:func:`collated`) anywhere in ``dtype``."""
+    return _holds(dtype, collated)
+
+
+def in_binary(dtype: T.DataType) -> T.DataType:
+    """``dtype`` with every text in ``UTF8_BINARY``: a cast to it compares and hashes text by
+    its characters (Spark 4.0 hashes collated text by its collation key, case-blind for
+    ``UTF8_LCASE``)."""
+    if isinstance(dtype, T.ArrayType):
+        return T.ArrayType(in_binary(dtype.elementType), dtype.containsNull)
+    if isinstance(dtype, T.MapType):
+        return T.MapType(in_binary(dtype.keyType), in_binary(dtype.valueType),
+                         dtype.valueContainsNull)
+    if isinstance(dtype, T.StructType):
+        return T.StructType([T.StructField(f.name, in_binary(f.dataType), f.nullable, f.metadata)
+                             for f in dtype.fields])
+    return T.StringType() if collated(dtype) else dtype
 
 
 def field_names(dtype: T.DataType) -> Iterator[str]:

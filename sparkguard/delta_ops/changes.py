@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from sparkguard.delta_ops.tables import read_table
-from sparkguard.spark_types import holds_unordered, same_field_names
+from sparkguard.spark_types import collated, holds_collated, holds_unordered, same_field_names
 from sparkguard.sql import CHANGE_OP, TableRef, changed_condition, merge_condition, quote_column
 
 __all__ = ["window_changes"]
@@ -43,9 +43,14 @@ def window_changes(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequ
     op = (F.when(col("s", side_s).isNull(), F.lit("D"))
           .when(col("t", side_t).isNull(), F.lit("I")))
     if compared:
-        changed = changed_condition([f.name for f in compared],
-                                    [f.name for f in compared if holds_unordered(f.dataType)])
-        op = op.when(F.expr(changed), F.lit("U"))
+        types = {f.name.lower(): f.dataType for f in target.schema.fields}
+        sides = {f.name: (f.dataType, types.get(f.name.lower(), f.dataType)) for f in compared}
+        as_json = [c for c, ts in sides.items()
+                   if any(holds_unordered(t) or (holds_collated(t) and not collated(t))
+                          for t in ts)]
+        as_binary = [c for c, ts in sides.items()
+                     if c not in as_json and any(collated(t) for t in ts)]
+        op = op.when(F.expr(changed_condition(list(sides), as_json, as_binary)), F.lit("U"))
     joined = s.join(t, F.expr(merge_condition(keys)), "full_outer").withColumn(CHANGE_OP, op)
     wanted = ["I", "U", "D"] if delete_unmatched else ["I", "U"]
     return (joined.filter(F.col(CHANGE_OP).isin(wanted))

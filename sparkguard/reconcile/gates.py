@@ -41,7 +41,11 @@ def metric_value(agg: Aggregation, parts: Mapping[str, Any]) -> Any:
     if agg is Aggregation.COUNT_DISTINCT:
         return parts.get("cd")  # None: not counted (a partition of a window-only metric)
     total, count = parts.get("sum"), parts.get("count") or 0
-    return None if total is None or count == 0 else float(total) / count
+    if total is None or count == 0:
+        return None
+    if isinstance(total, int | Decimal) and not isinstance(total, bool):  # exact, as sums are
+        return EXACT.divide(Decimal(total), Decimal(count))
+    return float(total) / count
 
 
 def combine_metric(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

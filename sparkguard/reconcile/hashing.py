@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkguard.reconcile.spec import ColumnInfo
-from sparkguard.spark_types import holds_unordered
+from sparkguard.spark_types import holds_collated, holds_unordered, in_binary
 from sparkguard.sql import quote_column
 
 __all__ = ["column", "columns_of", "row_hash", "table_fingerprint"]
@@ -41,8 +41,12 @@ _JSON_EXACT = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
 def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
     """The column as a value Spark can hash: maps become entries sorted by key, which like
     arrays and structs keep their shape (:func:`_shaped`: ``{"a": null, "b": "c"}`` and
-    ``{"a": "b", "c": null}`` hash apart); variants and maps nested in others become JSON."""
+    ``{"a": "b", "c": null}`` hash apart); variants and maps nested in others become JSON;
+    collated text hashes in ``UTF8_BINARY``."""
     col, dt = column(name), df.schema[name].dataType
+    if holds_collated(dt):  # by its characters, not its collation key
+        dt = in_binary(dt)
+        col = col.cast(dt)
     if isinstance(dt, T.MapType) and not holds_unordered(dt.keyType) \
             and not holds_unordered(dt.valueType):
         entries = T.ArrayType(T.StructType([T.StructField("key", dt.keyType),

@@ -793,3 +793,25 @@ def test_arrays_and_structs_compare_by_shape_nulls_included(spark: Any) -> None:
     assert table_fingerprint(one) != table_fingerprint(two)
     assert table_fingerprint(one) == table_fingerprint(spark.createDataFrame(
         [(1, [{"x": (t0, 1)}])], nested))
+
+
+def test_collated_text_compares_by_its_characters(spark: Any) -> None:
+    """Spark 4.0 hashes ``UTF8_LCASE`` text by its collation key, so 'abc' and 'ABC' would
+    hash alike: a change of case at the top, in a struct, an array or a map value must still be
+    a change for the preview and for the content fingerprint (verification)."""
+    lcase = "string collate UTF8_LCASE"
+    schema = (f"p date, k int, s {lcase}, st struct<a:{lcase}>, arr array<{lcase}>, "
+              f"m map<string,{lcase}>")
+    same = ("abc", ("abc",), ["abc"], {"x": "abc"})
+    pairs = {
+        1: (same, ("ABC", *same[1:])),
+        2: (same, (same[0], ("aBc",), *same[2:])),
+        3: (same, (*same[:2], ["abC"], same[3])),
+        4: (same, (*same[:3], {"x": "Abc"})),
+        5: (same, same),
+    }
+    res, differ, _target = _compared_pairwise(spark, schema, pairs)
+    assert res.preview is not None
+    assert (res.preview.changed, res.preview.unchanged) == (4, 1)
+    assert res.preview.changed_by_column == {"s": 1, "st": 1, "arr": 1, "m": 1}
+    assert differ == {1: True, 2: True, 3: True, 4: True, 5: False}

@@ -24,6 +24,7 @@ from sparkguard.reconcile.spec import (
     spec_for_target,
 )
 from sparkguard.reconcile.verdicts import (
+    EXACT,
     ChangePreview,
     ReconcileResult,
     deviation,
@@ -133,13 +134,31 @@ def test_metric_partials_fold_and_finish() -> None:
     assert parts == {"sum": Decimal("12.5"), "count": 3, "min": -1, "max": 7, "cd": None,
                      "overflow": 0, "nan": 0, "posinf": 0, "neginf": 0}
     assert metric_value(Aggregation.SUM, parts) == Decimal("12.5")
-    assert metric_value(Aggregation.AVG, parts) == pytest.approx(12.5 / 3)
+    assert metric_value(Aggregation.AVG, parts) == EXACT.divide(Decimal("12.5"), 3)
+    assert metric_value(Aggregation.AVG, {"sum": 12.5, "count": 3}) == pytest.approx(12.5 / 3)
     assert metric_value(Aggregation.MIN, parts) == -1
     assert metric_value(Aggregation.MAX, parts) == 7
     assert metric_value(Aggregation.COUNT, parts) == 3
     assert metric_value(Aggregation.AVG, {"sum": None, "count": 0}) is None
     assert metric_value(Aggregation.COUNT_DISTINCT, {"cd": None}) is None  # not counted
     assert metric_value(Aggregation.COUNT_DISTINCT, {"cd": 0}) == 0
+
+
+def test_an_exact_average_keeps_a_cent_on_a_large_total() -> None:
+    """An average of integers or decimals is divided exactly: as floats, totals of
+    100000000000000.01 and .02 (or 2**53 and 2**53 + 1) over the same count are one number,
+    and an exact gate would pass."""
+    m = MetricSpec("avg_amount", Aggregation.AVG, "v", "v", ThresholdSpec())
+    for a, b in ((Decimal("100000000000000.01"), Decimal("100000000000000.02")),
+                 (2**53, 2**53 + 1)):
+        rows = [metric_row("d1", {"sum": a, "count": 1}, {"sum": b, "count": 1})]
+        _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), rows,
+                               True)
+        assert [g.passed for g in gates] == [False]
+        same = [metric_row("d1", {"sum": a, "count": 3}, {"sum": a, "count": 3})]
+        _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(m,)), same,
+                               True)
+        assert [g.passed for g in gates] == [True]
 
 
 def spec(**kw: Any) -> ReconcileSpec:

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
-from sparkguard.spark_types import field_names, leaf_fields, same_field_names, sql_type
+from sparkguard.spark_types import (
+    collated,
+    field_names,
+    holds_collated,
+    holds_unordered,
+    leaf_fields,
+    same_field_names,
+    sql_type,
+)
 
 ADDR = T.StructType([T.StructField("zip code", T.StringType()),
                      T.StructField("City", T.StringType()),
@@ -56,3 +64,18 @@ def test_same_field_names_is_what_a_positional_struct_cast_keeps() -> None:
                                 T.MapType(T.StringType(), _struct("b", "a")))
     assert same_field_names(T.IntegerType(), T.LongType())
     assert not same_field_names(T.StringType(), _struct("a"))
+
+
+def test_collated_text_is_found_at_the_top_and_nested() -> None:
+    """``<=>`` compares collated text in its collation; the change set must find it wherever it
+    is (a struct field, an array element, a map value) and only there."""
+    lcase = T.StringType("UTF8_LCASE")
+    assert collated(lcase) and not collated(T.StringType()) and not collated(T.LongType())
+    assert not holds_collated(ADDR) and not holds_collated(T.StringType())
+    for nested in (lcase, T.ArrayType(lcase), T.MapType(T.StringType(), lcase),
+                   T.StructType([T.StructField("a", T.ArrayType(T.StructType(
+                       [T.StructField("b", lcase)])))])):
+        assert holds_collated(nested)
+    assert not collated(T.StructType([T.StructField("a", lcase)]))
+    assert holds_unordered(T.ArrayType(T.MapType(T.StringType(), T.LongType())))
+    assert not holds_unordered(T.ArrayType(lcase))
