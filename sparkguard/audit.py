@@ -157,18 +157,26 @@ def verify_chain(table: str, chain_name: str, events: Sequence[Mapping[str, Any]
 
 
 def leaf_hashes(doc: Any, path: str = "") -> dict[str, str]:
-    """One hash per leaf value of a document, by its path (``targets[0].gates[2].measured``)."""
+    """One hash per leaf value of a document, by its path (``targets[0].gates[2].measured``).
+
+    Two leaves whose paths read alike (``{"a": {"b": 1}}`` and a key ``"a.b"``) get one hash
+    over both, so neither can stand in for the other's value."""
     if isinstance(doc, Mapping):
         out: dict[str, str] = {}
         for k, v in doc.items():
-            out.update(leaf_hashes(v, f"{path}.{k}" if path else str(k)))
+            _add(out, leaf_hashes(v, f"{path}.{k}" if path else str(k)))
         return out or {path: _sha(canonical({}))}
     if isinstance(doc, list | tuple):
         out = {}
         for i, v in enumerate(doc):
-            out.update(leaf_hashes(v, f"{path}[{i}]"))
+            _add(out, leaf_hashes(v, f"{path}[{i}]"))
         return out or {path: _sha(canonical([]))}
     return {path: _sha(canonical([path, doc]))}
+
+
+def _add(out: dict[str, str], leaves: Mapping[str, str]) -> None:
+    for p, h in leaves.items():
+        out[p] = h if p not in out else _sha(canonical(["ambiguous", sorted([out[p], h])]))
 
 
 def content_hash(leaves: Mapping[str, str]) -> str:

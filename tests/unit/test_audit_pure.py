@@ -101,6 +101,21 @@ def test_leaf_hashes_name_the_edited_field():
     assert leaf_differences(leaves, leaf_hashes({**doc, "x": 1})) == ["x added"]
 
 
+def test_a_dotted_key_cannot_stand_in_for_a_nested_value():
+    """``{"a": {"b": ...}}`` and a key ``"a.b"`` have one path: a forger who flips the nested
+    decision and adds the flat key with the old value must not get the old hashes back."""
+    doc = {"release_gate_evidence": {"decision": "NO-GO", "x": 1}}
+    forged = {"release_gate_evidence": {"decision": "GO", "x": 1},
+              "release_gate_evidence.decision": "NO-GO"}
+    leaves = leaf_hashes(doc)
+    for order in (forged, dict(reversed(forged.items()))):
+        now = leaf_hashes(order)
+        assert content_hash(now) != content_hash(leaves)
+        assert leaf_differences(leaves, now) == ["release_gate_evidence.decision changed"]
+    same = leaf_hashes({"a": [1], "a[0]": 1})
+    assert same == leaf_hashes({"a[0]": 1, "a": [1]}) and len(same) == 1
+
+
 def test_seal_needs_the_key():
     digest = content_hash(leaf_hashes({"a": 1}))
     s = seal(b"k" * 32, digest)
