@@ -12,6 +12,7 @@ import functools
 import importlib
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.errors import ParseException
@@ -93,8 +94,9 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
     "window_rewrites_most": (Severity.WARN, "the promotion rewrites most of an unpartitioned "
                              "table's files"),
     "window_zone_dependent": (Severity.BLOCK, "the window reads fewer rows of a table in the "
-                              "session time zone than in UTC (a partition column generated "
-                              "from the window column, pruned by the session zone's dates)"),
+                              "session time zone than the table holds (a partition column "
+                              "generated from the window column, pruned by the session zone's "
+                              "dates, written in another zone)"),
 }
 _TYPE_OK: dict[PartitionType, tuple[type[T.DataType], ...]] = {
     PartitionType.DATE: (T.DateType,),
@@ -121,6 +123,8 @@ def _flag(props: dict[str, Any], key: str) -> bool:
 # spark.sql.codegen.maxFields: measured 8 on Spark 4.0.1 (92 flat fields read in columnar
 # batches, 93 not, at the default 100); 10 keeps the warning on the safe side of that edge
 _DELTA_READ_FIELDS = 10
+# Delta adds partition filters derived from a generated column's expression in the session zone
+_GENERATED_PRUNING = "spark.databricks.delta.generatedColumn.partitionFilterOptimization.enabled"
 _ZONE_BUCKETS = 400  # buckets one query of the time-zone check counts (a scan each)
 _UNIT_DAYS = {"second": 1 / 86400, "minute": 1 / 1440, "hour": 1 / 24, "day": 1.0, "week": 7.0}
 _DEFAULT_LOG_DAYS, _DEFAULT_FILE_DAYS = 30.0, 7.0
@@ -499,18 +503,20 @@ class _Live:
     def _zone_loss(self, df: DataFrame, what: str, path: str) -> None:
         """A time-range window reads the same rows whatever the session zone, unless Delta
         prunes a generated partition column (``CAST(event_ts AS DATE)``) by the session zone's
-        dates of a query's bounds: then rows are read by no slice, left wrong and reported
-        fixed. Each slice reads a run of whole buckets, and a bucket's pruning is never wider
-        than its slice's, so the check counts every bucket on its own (a scan per bucket, one
-        query per ``_ZONE_BUCKETS`` of them: the window's buckets are bounded by the plan's
-        ``max_partitions``) here and in UTC, and blocks when any bucket reads fewer rows here
-        (pruning only ever drops rows)."""
+        dates of a query's bounds and the table's writers used another zone: then rows are read
+        by no slice, left wrong and reported fixed. Each slice reads a run of whole buckets, and
+        a bucket's pruning is never wider than its slice's, so the check counts every bucket on
+        its own (a scan per bucket, one query per ``_ZONE_BUCKETS`` of them: the window's
+        buckets are bounded by the plan's ``max_partitions``) as the run reads them and with
+        that pruning off, and blocks when any bucket reads fewer rows as the run would (pruning
+        only ever drops rows). Where the pruning cannot be turned off (a serverless session
+        refusing the setting), UTC is the baseline, as the zone writers normally use."""
         zone = str(self.spark.conf.get("spark.sql.session.timeZone"))
-        if self.rw is None or self.rw.type is not WindowType.TIMESTAMP or zone == "UTC":
+        if self.rw is None or self.rw.type is not WindowType.TIMESTAMP:
             return
         rw, buckets = self.rw, list(self.parts)
 
-        def per_bucket() -> dict[int, int]:  # new plans each time: optimised in the zone set
+        def per_bucket() -> dict[int, int]:  # new plans each time: optimised as confs are set
             counts: dict[int, int] = {}
             for first in range(0, len(buckets), _ZONE_BUCKETS):
                 scans = [df.filter(F.expr(rw.predicate([b]))).select(F.lit(i).alias("b"))
@@ -520,22 +526,43 @@ class _Live:
             return counts
 
         here = per_bucket()
-        try:
-            self.spark.conf.set("spark.sql.session.timeZone", "UTC")
-            utc = per_bucket()
-        finally:
-            self.spark.conf.set("spark.sql.session.timeZone", zone)
-        short = {buckets[i]: n - here.get(i, 0) for i, n in utc.items() if n > here.get(i, 0)}
+        truth = self._with_conf(_GENERATED_PRUNING, "false", per_bucket)
+        if truth is None:
+            if zone == "UTC":
+                return
+            truth = self._with_conf("spark.sql.session.timeZone", "UTC", per_bucket)
+            if truth is None:
+                return
+        short = {buckets[i]: n - here.get(i, 0) for i, n in truth.items() if n > here.get(i, 0)}
         if short:
-            lost, total = sum(short.values()), sum(utc.values())
+            lost, total = sum(short.values()), sum(truth.values())
             self.add("window_zone_dependent", path,
                      f"{what}: in session time zone {zone} the window's buckets read "
-                     f"{total - lost} of their {total} rows (UTC); Delta prunes a partition "
-                     f"column generated from {self.rw.column!r} by the session zone's dates, "
-                     f"so {lost} window row(s) would be read by no slice and left as they are "
+                     f"{total - lost} of their {total} rows; Delta prunes a partition column "
+                     f"generated from {self.rw.column!r} by the session zone's dates, and the "
+                     f"table's writers used another zone, so {lost} window row(s) would be "
+                     f"read by no slice and left as they are "
                      f"(buckets {sorted(map(str, short))[:5]})",
                      "set spark.sql.session.timeZone to the zone the table's writers use "
                      "(UTC, normally)")
+
+    def _with_conf(self, key: str, value: str, count: Callable[[], dict[int, int]]
+                   ) -> dict[int, int] | None:
+        """``count()`` with the session setting ``key`` at ``value``, then put back; None when
+        the session refuses the setting."""
+        conf = self.spark.conf
+        old = conf.get(key, None)
+        try:
+            conf.set(key, value)
+        except Exception:  # a serverless session refuses settings it does not expose
+            return None
+        try:
+            return count()
+        finally:
+            if old is None:
+                conf.unset(key)
+            else:
+                conf.set(key, old)
 
     def _blast_radius(self, path: str, ref: TableRef, df: DataFrame, detail: Any) -> None:
         """Report what the promotion replaces."""

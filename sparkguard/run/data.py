@@ -18,6 +18,7 @@ from sparkguard.errors import SparkguardError, first_line
 from sparkguard.plan.enums import Promotion
 from sparkguard.plan.model import Transform
 from sparkguard.plan.window_spec import BUCKET_COLUMN
+from sparkguard.reconcile.edge import keys_outside_window
 from sparkguard.reconcile.engine import columns_of, reconcile, row_hash, table_fingerprint
 from sparkguard.reconcile.hashing import column
 from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target, unknown_columns
@@ -229,9 +230,27 @@ def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
     finally:
         for v in reference[1] if reference else []:
             ctx.spark.catalog.dropTempView(v)
+    edge = _edge_gate(ctx, st, shadow, partitions, target_version, spec.business_keys) \
+        if preview else []
     return ReconcileResult(scope=res.scope, partitions=res.partitions,
-                           gates=(*res.gates, *schema), preview=res.preview,
+                           gates=(*res.gates, *schema, *edge), preview=res.preview,
                            duplicate_sample=res.duplicate_sample)
+
+
+def _edge_gate(ctx: RunContext, st: TargetState, shadow: DataFrame,
+               partitions: Sequence[object], version: int | None,
+               keys: Sequence[str]) -> list[GateResult]:
+    """The full window's ``keys_outside_window`` gate (``reconcile.edge``), read at the
+    target's version the window was read at; none when a business key is the window column
+    (a key outside the window then differs from every key inside)."""
+    if not keys or any(k.lower() == ctx.window.column.lower() for k in keys):
+        return []
+    df = (delta_ops.read_version(ctx.spark, st.ref, version) if version is not None
+          else delta_ops.read_table(ctx.spark, st.ref))
+    outside = as_shadow(ctx, st, df.filter(f"NOT coalesce(({ctx.window.pred(partitions)}), "
+                                           "false)"))
+    where = [c for c in outside.columns if c.lower() == ctx.window.column.lower()]
+    return [keys_outside_window(keys, shadow, outside, where)]
 
 
 def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame, target: DataFrame

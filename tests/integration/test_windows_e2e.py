@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -77,6 +78,9 @@ def _fixed(spark: Any, root: Path, lay: Any) -> tuple[Path, RunOutcome]:
     assert f["outside_window_changed"] == 0
     assert f["window_rows_wrong"] == 0
     assert out.targets["events"].verified
+    window = out.targets["events"].window
+    assert window is not None and [g.passed for g in window.gates
+                                   if g.gate == "keys_outside_window"] == [True]
     return plan, out
 
 
@@ -277,13 +281,18 @@ def test_concurrent_slices_by_shadow_layout(spark: Any, tmp_path: Path, name: st
     assert len(waves) == together  # the window's other slices: one wave, `together` commits
 
 
+@pytest.mark.parametrize(("writer", "runner", "lost"),
+                         [("UTC", "Asia/Kolkata", 4), ("Asia/Kolkata", "UTC", 3)])
 def test_generated_date_column_in_another_zone_never_leaves_window_rows_unrepaired(
-        spark: Any, tmp_path: Path) -> None:
+        spark: Any, tmp_path: Path, writer: str, runner: str, lost: int) -> None:
     """Source and target partitioned by ``event_date GENERATED ALWAYS AS (CAST(event_ts AS
-    DATE))``, written by a UTC session (one file per few hours, as an hourly job leaves them);
-    the backfill runs in an Asia/Kolkata session. Delta prunes the generated partitions by the
-    Kolkata date of the bounds, so the window's first UTC day (20:00 to 24:00, already 03-09 in
-    Kolkata) is read from neither table: the run must not end 0 with those rows still wrong."""
+    DATE))``, written by one zone's session (one file per few hours, as an hourly job leaves
+    them); the backfill runs in another zone's. Delta prunes the generated partitions by the
+    runner's dates of each bucket's bounds, so rows of the window's first 4 hours (20:00 to 24:00
+    UTC, 03-08 in UTC and 03-09 in Kolkata) are read from neither table (all 4 from Kolkata; 3
+    from UTC, whose 23:00 bucket ends on 03-09 and so reads that partition too): the run must
+    not end 0 with those rows still wrong. Written from Kolkata and run in UTC, the check used to be skipped
+    (it took UTC as the truth)."""
 
     from sparkguard.errors import GuardError
     from sparkguard.layouts import DAY0, Layout, _append, _create, _row
@@ -296,7 +305,7 @@ def test_generated_date_column_in_another_zone_never_leaves_window_rows_unrepair
     root.mkdir()
     chunks = [[at(h) for h in range(a, b)] for a, b in ((-24, -4), (-4, 0), (0, 12), (12, 24))]
     old = spark.conf.get("spark.sql.session.timeZone")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")  # the tables' writer
+    spark.conf.set("spark.sql.session.timeZone", writer)  # the tables' writer
     try:
         for side in ("source", "target"):
             path = root / side / "events"
@@ -307,18 +316,23 @@ def test_generated_date_column_in_another_zone_never_leaves_window_rows_unrepair
                 if side == "target":  # every window row wrong in the target
                     rows = [(r[0], r[1], decimal.Decimal("-1.00"), *r[3:]) if lay.start <= t < lay.end else r
                             for r, t in zip(rows, chunk, strict=True)]
+                # the writer's date, as Delta checks the generated column in its zone
+                rows = [(*r[:-1], t.astimezone(ZoneInfo(writer)).date())
+                        for r, t in zip(rows, chunk, strict=True)]
                 _append(spark, lay, path, rows)
         plan = _approved_plan(lay, root)
         tgt_path = root / "target" / "events"
         before = _version(spark, tgt_path)
-        spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")
+        spark.conf.set("spark.sql.session.timeZone", runner)
         lines: list[str] = []
         with pytest.raises(GuardError) as info:  # it used to end 0, "promoted and verified"
             _run(spark, plan, lines)
         assert "window_zone_dependent" in str(info.value), str(info.value)
-        assert "4 window row(s)" in str(info.value), str(info.value)
-        assert spark.conf.get("spark.sql.session.timeZone") == "Asia/Kolkata"
-        spark.conf.set("spark.sql.session.timeZone", "UTC")
+        assert f"{lost} window row(s)" in str(info.value), str(info.value)
+        assert spark.conf.get("spark.sql.session.timeZone") == runner
+        assert spark.conf.get("spark.databricks.delta.generatedColumn."
+                              "partitionFilterOptimization.enabled", None) is None  # put back
+        spark.conf.set("spark.sql.session.timeZone", writer)
         assert _version(spark, tgt_path) == before
         # in the writers' zone the same plan repairs every window row
         out = _run(spark, plan, lines)
@@ -446,3 +460,33 @@ def test_date_hour_whole_day_means_hours_0_to_23_in_every_slice(spark: Any,
     assert kept == {5_000_000: "9.00", 5_000_001: "8.00"}  # outside the window: untouched
     f = figures(spark, root, lay)
     assert f["window_rows_fixed"] > 0 and f["window_rows_wrong"] == 0
+
+
+def test_a_key_that_moved_across_the_window_edge_stops_the_run(spark: Any,
+                                                                tmp_path: Path) -> None:
+    """A fix that moves a row across the window's edge: the source has an event inside the
+    window whose old version the target holds the day before it. Every window gate passes (the
+    key is once in the shadow and once in neither side's window), but a promotion would leave
+    the key in the target twice. The full-window gate ``keys_outside_window`` fails, naming the
+    key and where it is, and nothing is promoted."""
+    from sparkguard.errors import EXIT_GATE_FAILED
+    from sparkguard.layouts import _append, _inside, _moments, _row
+
+    lay = LAYOUTS["date_partitions"]
+    root = tmp_path / "edge"
+    plan = build_layout(spark, root, lay)
+    tgt = root / "target" / "events"
+    i0 = next(i for i, t in enumerate(_moments(lay)) if _inside(lay, t) and i % 5 != 1)
+    _append(spark, lay, tgt, [_row(lay, i0, lay.start - dt.timedelta(hours=3))])
+    before = _version(spark, tgt)
+    lines: list[str] = []
+    out = _run(spark, plan, lines)
+    assert out.exit_code == EXIT_GATE_FAILED, "\n".join(lines[-20:])
+    assert _version(spark, tgt) == before
+    window = out.targets["events"].window
+    assert window is not None
+    gate = next(g for g in window.gates if g.gate == "keys_outside_window")
+    assert not gate.passed and gate.measured == {"keys": 1, "rows": 1}
+    assert gate.details["sample"] == [
+        f'{{"event_id":{i0},"event_date":"{(lay.start - dt.timedelta(hours=3)).date()}"}}']
+    assert [g.gate for g in window.gates if not g.passed] == ["keys_outside_window"]
