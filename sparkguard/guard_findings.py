@@ -33,7 +33,8 @@ RULES: dict[str, tuple[Severity, str]] = {
                          "(see docs/windows.md)"),
     "window_not_aligned": (Severity.WARN, "a date window bound is not at midnight UTC"),
     "partitions_inconsistent": (Severity.BLOCK, "listed partitions differ from [start_utc, "
-                                "end_utc) (end exclusive)"),
+                                "end_utc) (end exclusive; date partitions, and integer ones "
+                                "that are all yyyymmdd dates)"),
     "partition_value_invalid": (Severity.BLOCK, "a partition value is not a literal of the "
                                 "partition type"),
     "partition_column_mismatch": (Severity.BLOCK, "'col=value' partitions name another column "

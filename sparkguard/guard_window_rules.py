@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from sparkguard.guard_findings import Collector
 from sparkguard.plan.model import BackfillPlan
 from sparkguard.plan.window_spec import bucket_count, window_problems
@@ -67,15 +69,38 @@ def window_rules(plan: BackfillPlan, c: Collector) -> None:
             f.code.startswith("window_") for f in c.findings):
         c.add("window_empty", "affected_window.partitions", "the window has no partitions",
               "list the partitions (or give start_utc/end_utc for date partitions)")
-    if listed and range_days:
+    days = listed if range_days else _as_days(plan, listed) if bounded else None
+    if listed and days is not None:
         implied = set(plan.window_partitions_from_range() or [])
-        if set(listed) != implied:
-            extra = sorted(str(x) for x in set(listed) - implied)
-            missing = sorted(str(x) for x in implied - set(listed))
+        if set(days) != implied:
+            shown = dict(zip(days, listed, strict=True))  # as the plan writes them
+            extra = sorted(str(shown[x]) for x in set(days) - implied)
+            missing = sorted(_spelt(x, days is listed) for x in implied - set(days))
             c.add("partitions_inconsistent", "affected_window.partitions",
                   f"partitions disagree with [start_utc, end_utc): outside the range "
                   f"{_few(extra)}, missing from the list {_few(missing)}",
                   "end_utc is exclusive; make the list match the range")
+
+
+def _as_days(plan: BackfillPlan, listed: list[object]) -> list[dt.date] | None:
+    """Integer partitions that are all dates written ``yyyymmdd`` (``20261201``), as dates: the
+    list is what the run replaces, so it must agree with the range reviewers read. None for
+    other integers (an hour id, a store number), which the range cannot be checked against."""
+    if plan.partitioning is None or plan.partitioning.type is not PartitionType.INT:
+        return None
+    out = []
+    for v in listed:
+        if not isinstance(v, int) or not 1900_01_01 <= v <= 9999_12_31:
+            return None
+        try:
+            out.append(dt.date(v // 10000, v // 100 % 100, v % 100))
+        except ValueError:
+            return None
+    return out
+
+
+def _spelt(day: dt.date, as_date: bool) -> str:
+    return str(day) if as_date else day.strftime("%Y%m%d")
 
 
 def _range_window(plan: BackfillPlan, c: Collector) -> None:

@@ -125,6 +125,10 @@ CASES: list[tuple[str, Mutate, set[str]]] = [
      {"partitions_inconsistent"}),
     ("partitions_inconsistent", _set("affected_window.partitions.2", "order_date=2026-05-07"),
      {"partitions_inconsistent"}),
+    # integer partitions written yyyymmdd are dates: the list must agree with the range
+    ("partitions_inconsistent", _both(_set("partitioning.type", "int"), _set(
+        "affected_window.partitions", [20260503, 20260504, 20260531])),
+     {"partitions_inconsistent"}),
     ("partition_value_invalid", _set("affected_window.partitions.0",
                                      "order_date=2026-05-01' OR '1'='1"),
      {"partition_value_invalid"}),
@@ -375,3 +379,17 @@ def test_a_table_name_is_the_same_table_in_any_case_and_with_the_default_catalog
     assert _identity("silver.orders") == _identity("SILVER.ORDERS")
     assert not _same_dataset("silver.orders", "silver.orders_v2")
     assert not _same_dataset("/lake/t", "/lake/t2")
+
+
+def test_integer_partitions_are_checked_against_the_range_only_when_they_are_dates():
+    """``yyyymmdd`` integers are compared with [start_utc, end_utc) as dates, and the finding
+    writes them as the plan does; other integers (an hour id) cannot be, and are not."""
+    as_int = _set("partitioning.type", "int")
+    same = _both(as_int, _set("affected_window.partitions", [20260503, 20260504, 20260505]))
+    assert _codes(same) == set()
+    off = _both(as_int, _set("affected_window.partitions", [20260503, 20260531]))
+    (found,) = [f for f in _findings(off) if f.code == "partitions_inconsistent"]
+    assert "outside the range ['20260531']" in found.message, found.message
+    assert "missing from the list ['20260504', '20260505']" in found.message, found.message
+    for other in ([1, 2, 3], [20260503, 20261399]):  # not all dates: nothing to compare
+        assert _codes(_both(as_int, _set("affected_window.partitions", other))) == set()
