@@ -10,7 +10,7 @@ from pyspark.sql import types as T
 from sparkguard.sql import quote_column
 
 __all__ = ["collated", "field_names", "holds_collated", "holds_type", "holds_unordered",
-           "in_binary", "leaf_fields", "same_field_names", "sql_type"]
+           "in_binary", "leaf_fields", "map_leaves", "same_field_names", "sql_type"]
 
 
 def holds_type(dtype: T.DataType, *kinds: type[T.DataType]) -> bool:
@@ -48,17 +48,23 @@ def holds_collated(dtype: T.DataType) -> bool:
 
 def in_binary(dtype: T.DataType) -> T.DataType:
     """``dtype`` with every text in ``UTF8_BINARY``: a cast to it compares and hashes text by
-    its characters (Spark 4.0 hashes collated text by its collation key, case-blind for
+    its characters (some Spark builds hash collated text by its collation key, case-blind for
     ``UTF8_LCASE``)."""
+    return map_leaves(dtype, lambda t: T.StringType() if collated(t) else t)
+
+
+def map_leaves(dtype: T.DataType, leaf: Callable[[T.DataType], T.DataType]) -> T.DataType:
+    """``dtype`` with ``leaf`` applied to every type that is not an array, map or struct,
+    however deeply nested; names, nullability and field metadata kept."""
     if isinstance(dtype, T.ArrayType):
-        return T.ArrayType(in_binary(dtype.elementType), dtype.containsNull)
+        return T.ArrayType(map_leaves(dtype.elementType, leaf), dtype.containsNull)
     if isinstance(dtype, T.MapType):
-        return T.MapType(in_binary(dtype.keyType), in_binary(dtype.valueType),
+        return T.MapType(map_leaves(dtype.keyType, leaf), map_leaves(dtype.valueType, leaf),
                          dtype.valueContainsNull)
     if isinstance(dtype, T.StructType):
-        return T.StructType([T.StructField(f.name, in_binary(f.dataType), f.nullable, f.metadata)
-                             for f in dtype.fields])
-    return T.StringType() if collated(dtype) else dtype
+        return T.StructType([T.StructField(f.name, map_leaves(f.dataType, leaf), f.nullable,
+                                           f.metadata) for f in dtype.fields])
+    return leaf(dtype)
 
 
 def field_names(dtype: T.DataType) -> Iterator[str]:

@@ -14,7 +14,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkguard.reconcile.spec import ColumnInfo
-from sparkguard.spark_types import holds_collated, holds_unordered, in_binary
+from sparkguard.spark_types import (
+    holds_collated,
+    holds_type,
+    holds_unordered,
+    in_binary,
+    map_leaves,
+)
 from sparkguard.sql import quote_column
 
 __all__ = ["column", "columns_of", "row_hash", "table_fingerprint"]
@@ -41,12 +47,16 @@ _JSON_EXACT = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
 def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
     """The column as a value Spark can hash: maps become entries sorted by key, which like
     arrays and structs keep their shape (:func:`_shaped`: ``{"a": null, "b": "c"}`` and
-    ``{"a": "b", "c": null}`` hash apart); variants and maps nested in others become JSON;
-    collated text hashes in ``UTF8_BINARY``."""
+    ``{"a": "b", "c": null}`` hash apart); variants become their JSON text wherever they are
+    (a SQL null stays null), maps nested in others JSON; collated text hashes in
+    ``UTF8_BINARY``."""
     col, dt = column(name), df.schema[name].dataType
     if holds_collated(dt):  # by its characters, not its collation key
         dt = in_binary(dt)
         col = col.cast(dt)
+    if holds_type(dt, T.VariantType):
+        col, dt = _variants_as_text(col, dt), map_leaves(
+            dt, lambda t: T.StringType() if isinstance(t, T.VariantType) else t)
     if isinstance(dt, T.MapType) and not holds_unordered(dt.keyType) \
             and not holds_unordered(dt.valueType):
         entries = T.ArrayType(T.StructType([T.StructField("key", dt.keyType),
@@ -59,6 +69,24 @@ def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
     if rtrim and isinstance(dt, T.StringType):
         return F.rtrim(col)
     return col
+
+
+def _variants_as_text(col: Column, dt: T.DataType) -> Column:
+    """Every variant in the value as its JSON text, wherever it is nested: a SQL null stays
+    null and a variant null becomes the text ``null``, which a JSON rendering of the whole
+    value would write alike (``[null]``)."""
+    if isinstance(dt, T.VariantType):
+        return F.to_json(col)
+    if not holds_type(dt, T.VariantType):
+        return col
+    if isinstance(dt, T.ArrayType):
+        return F.transform(col, lambda x: _variants_as_text(x, dt.elementType))
+    if isinstance(dt, T.MapType):  # a map key is never a variant
+        return F.transform_values(col, lambda _k, v: _variants_as_text(v, dt.valueType))
+    assert isinstance(dt, T.StructType)
+    rebuilt = F.struct(*[_variants_as_text(col.getField(f.name), f.dataType).alias(f.name)
+                         for f in dt.fields])
+    return F.when(col.isNull(), F.lit(None)).otherwise(rebuilt)
 
 
 def _shaped(col: Column, dt: T.DataType) -> Column:

@@ -815,3 +815,36 @@ def test_collated_text_compares_by_its_characters(spark: Any) -> None:
     assert (res.preview.changed, res.preview.unchanged) == (4, 1)
     assert res.preview.changed_by_column == {"s": 1, "st": 1, "arr": 1, "m": 1}
     assert differ == {1: True, 2: True, 3: True, 4: True, 5: False}
+
+
+def test_a_variant_null_is_not_a_sql_null_wherever_it_is(spark: Any) -> None:
+    """A variant holding JSON ``null`` and a SQL null are different values (``IS NULL`` tells
+    them apart), but a JSON rendering of an array, map or struct writes both as ``null``: each
+    key whose variant changed between the two, at the top or nested, is a change for the
+    preview and for the content fingerprint (verification)."""
+    from sparkguard.reconcile.hashing import table_fingerprint
+
+    sql_null, json_null, one = "CAST(NULL AS VARIANT)", "parse_json('null')", "parse_json('1')"
+    cols = ("top", "arr", "m", "st")
+    shape = ("{top} AS top, array({arr}) AS arr, map('k', {m}) AS m, "
+             "named_struct('v', {st}) AS st")
+
+    def rows(values: list[dict[str, str]]) -> Any:
+        return spark.sql(" UNION ALL ".join(
+            f"SELECT DATE'{DAYS[0]}' AS p, {k} AS k, " + shape.format(**v)
+            for k, v in enumerate(values, 1)))
+
+    target = [dict.fromkeys(cols, sql_null) for _ in range(5)]
+    shadow = [{**dict.fromkeys(cols, sql_null), c: json_null} for c in cols] + [target[4]]
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",))
+    res = reconcile(spec, shadow=rows(shadow), target=rows(target), partitions=[DAYS[0]])
+    assert res.preview is not None
+    assert (res.preview.changed, res.preview.unchanged) == (4, 1)
+    assert res.preview.changed_by_column == dict.fromkeys(cols, 1)
+    for c in cols:
+        assert table_fingerprint(rows([{**target[0], c: json_null}])) \
+            != table_fingerprint(rows([target[0]])), c
+    ab, ba = "parse_json('{\"a\": 1, \"b\": 2}')", "parse_json('{\"b\": 2, \"a\": 1}')"
+    assert table_fingerprint(rows([{**target[0], "arr": ab, "top": one}])) \
+        == table_fingerprint(rows([{**target[0], "arr": ba, "top": one}]))  # keys sorted

@@ -10,7 +10,9 @@ from sparkguard.spark_types import (
     field_names,
     holds_collated,
     holds_unordered,
+    in_binary,
     leaf_fields,
+    map_leaves,
     same_field_names,
     sql_type,
 )
@@ -79,3 +81,16 @@ def test_collated_text_is_found_at_the_top_and_nested() -> None:
     assert not collated(T.StructType([T.StructField("a", lcase)]))
     assert holds_unordered(T.ArrayType(T.MapType(T.StringType(), T.LongType())))
     assert not holds_unordered(T.ArrayType(lcase))
+
+
+def test_map_leaves_keeps_the_shape_and_in_binary_drops_every_collation() -> None:
+    lcase = T.StringType("UTF8_LCASE")
+    dtype = T.StructType([T.StructField("a", T.ArrayType(lcase, False), False,
+                                        {"comment": "x"}),
+                          T.StructField("m", T.MapType(lcase, T.VariantType(), True))])
+    assert in_binary(dtype) == T.StructType([
+        T.StructField("a", T.ArrayType(T.StringType(), False), False, {"comment": "x"}),
+        T.StructField("m", T.MapType(T.StringType(), T.VariantType(), True))])
+    assert not holds_collated(in_binary(dtype))
+    as_text = map_leaves(dtype, lambda t: T.StringType() if isinstance(t, T.VariantType) else t)
+    assert as_text["m"].dataType == T.MapType(lcase, T.StringType(), True)
