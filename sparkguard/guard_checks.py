@@ -14,10 +14,11 @@ __all__ = ["check_rules", "contract_column_findings", "not_null_findings"]
 
 _IGNORED: dict[CheckType, tuple[str, ...]] = {
     CheckType.ROW_COUNT_PARITY: ("metric", "key_columns", "source_expr", "shadow_expr",
-                                 "drift_threshold_percent", "drift_threshold_absolute"),
+                                 "drift_threshold_percent", "drift_threshold_absolute",
+                                 "table_wide"),
     CheckType.DUPLICATE_CHECK: ("metric", "source_expr", "shadow_expr", "per_partition",
                                 "drift_threshold_percent", "drift_threshold_absolute"),
-    CheckType.METRIC_RECONCILIATION: ("key_columns",),
+    CheckType.METRIC_RECONCILIATION: ("key_columns", "table_wide"),
 }
 
 

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from sparkguard import delta_ops
+from sparkguard import compat, delta_ops
 from sparkguard.errors import first_line
 from sparkguard.guard import Finding, Severity, window_partitions
 from sparkguard.guard_checks import contract_column_findings, not_null_findings
@@ -205,7 +205,7 @@ class _Live:
         counts = {r[0]: r[1] for r in src.filter(self.pred).groupBy(self.key.alias("k"))
                   .agg(F.count(F.lit(1))).collect()}
         self.rows = {str(k): int(v) for k, v in counts.items()}
-        self._zone_loss(src, "source", "window_column")
+        self._zone_loss(src, "source", "window_column", row["location"] if row else None)
         missing = [str(x) for x in self.parts if counts.get(x, 0) == 0]
         if missing and self.rw is not None and len(missing) < len(self.parts):
             # a time range may have quiet hours: only a window with no source row at all blocks
@@ -333,7 +333,8 @@ class _Live:
                 self._transform(f"{path}.validation.reference", t.validation.reference, src)
         if part_ok:
             self._blast_radius(path, ref, df, detail)
-            self._zone_loss(df, f"target {ref.display!r}", f"{path}.dataset")
+            self._zone_loss(df, f"target {ref.display!r}", f"{path}.dataset",
+                            detail["location"] if detail is not None else None)
 
     def _variant_deletion_vectors(self, path: str, ref: TableRef, t: TargetSpec,
                                   schema: T.StructType, partitioned_by: list[str] | None) -> None:
@@ -500,21 +501,25 @@ class _Live:
         finally:
             self.spark.catalog.dropTempView(view)
 
-    def _zone_loss(self, df: DataFrame, what: str, path: str) -> None:
+    def _zone_loss(self, df: DataFrame, what: str, path: str, location: str | None) -> None:
         """A time-range window reads the same rows whatever the session zone, unless Delta
         prunes a generated partition column (``CAST(event_ts AS DATE)``) by the session zone's
         dates of a query's bounds and the table's writers used another zone: then rows are read
         by no slice, left wrong and reported fixed. Each slice reads a run of whole buckets, and
         a bucket's pruning is never wider than its slice's, so the check counts every bucket on
-        its own (a scan per bucket, one query per ``_ZONE_BUCKETS`` of them: the window's
-        buckets are bounded by the plan's ``max_partitions``) as the run reads them and with
-        that pruning off, and blocks when any bucket reads fewer rows as the run would (pruning
-        only ever drops rows). Where the pruning cannot be turned off (a serverless session
-        refusing the setting), UTC is the baseline, as the zone writers normally use."""
+        its own as the run reads them (a scan per bucket, one query per ``_ZONE_BUCKETS`` of
+        them: the window's buckets are bounded by the plan's ``max_partitions``), and all of
+        them in one grouped query with that pruning off, and blocks when any bucket reads fewer
+        rows as the run would (pruning only ever drops rows). Only for a table with a column
+        generated from the window column (or whose columns are unknown: Spark Connect). Where
+        the pruning cannot be turned off (a serverless session refusing the setting), a UTC
+        session is the baseline, as the zone writers normally use."""
         zone = str(self.spark.conf.get("spark.sql.session.timeZone"))
-        if self.rw is None or self.rw.type is not WindowType.TIMESTAMP:
+        if self.rw is None or self.rw.type is not WindowType.TIMESTAMP \
+                or not self._generated_from_window(location):
             return
         rw, buckets = self.rw, list(self.parts)
+        index = {str(b): i for i, b in enumerate(buckets)}
 
         def per_bucket() -> dict[int, int]:  # new plans each time: optimised as confs are set
             counts: dict[int, int] = {}
@@ -525,8 +530,13 @@ class _Live:
                 counts.update((int(r[0]), int(r[1])) for r in union.collect())  # <= a chunk
             return counts
 
+        def grouped() -> dict[int, int]:  # unpruned, a bucket's count needs no scan of its own
+            rows = (df.filter(F.expr(rw.predicate(buckets))).groupBy(F.expr(rw.bucket_expr()))
+                    .count().collect())  # <= one row per bucket
+            return {index[str(r[0])]: int(r[1]) for r in rows if str(r[0]) in index}
+
         here = per_bucket()
-        truth = self._with_conf(_GENERATED_PRUNING, "false", per_bucket)
+        truth = self._with_conf(_GENERATED_PRUNING, "false", grouped)
         if truth is None:
             if zone == "UTC":
                 return
@@ -546,13 +556,22 @@ class _Live:
                      "set spark.sql.session.timeZone to the zone the table's writers use "
                      "(UTC, normally)")
 
+    def _generated_from_window(self, location: str | None) -> bool:
+        """Whether the table at ``location`` has a column generated from the window column
+        (True when its columns cannot be known: Spark Connect, a restricted cluster)."""
+        rules = compat.column_rules(self.spark, location) if location else None
+        if rules is None or self.rw is None:
+            return True
+        name = self.rw.column.lower()
+        return any(name in expr.lower() for expr in rules.generated.values())
+
     def _with_conf(self, key: str, value: str, count: Callable[[], dict[int, int]]
                    ) -> dict[int, int] | None:
         """``count()`` with the session setting ``key`` at ``value``, then put back; None when
-        the session refuses the setting."""
+        the session refuses to show or take the setting."""
         conf = self.spark.conf
-        old = conf.get(key, None)
         try:
+            old = conf.get(key, None)
             conf.set(key, value)
         except Exception:  # a serverless session refuses settings it does not expose
             return None

@@ -169,7 +169,7 @@ def layout_plan(lay: Layout, root: Path) -> dict[str, Any]:
                        "rollback_strategy": "RESTORE to the version recorded before promotion"},
         "validation": {"checks": [
             {"type": "row_count_parity", "threshold_percent": 0.0},
-            {"type": "duplicate_check", "key_columns": ["event_id"]},
+            {"type": "duplicate_check", "key_columns": ["event_id"], "table_wide": True},
             {"type": "metric_reconciliation", "metric": "amount_total", "aggregation": "sum",
              "source_expr": "amount", "shadow_expr": "amount", "threshold_percent": 0.0}]},
         "approvals": {"required": ["data-platform-owner"]},

@@ -193,6 +193,12 @@ class Check(_Frozen):
     drift_threshold_absolute: Annotated[float | None, NotBool] = Field(
         default=None, ge=0, allow_inf_nan=False, json_schema_extra=ADDED_LATER,
         description="Like drift_threshold_percent, as an absolute difference.")
+    table_wide: bool = Field(
+        default=False, json_schema_extra=ADDED_LATER,
+        description="duplicate_check only: the keys are unique across the whole target, not "
+            "only within a partition; also fail (gate keys_outside_window) when a key of the "
+            "recomputed window is held by the target outside the window, as a row moved across "
+            "the window's edge (a corrected timestamp or date) leaves it.")
     nan: NanRule = Field(
         default=NanRule.FAIL, json_schema_extra=ADDED_LATER,
         description="NaN or infinite inputs of a sum/avg/min/max metric: fail (default: the gate fails "

@@ -23,7 +23,7 @@ _SAMPLE = 5
 
 
 def keys_outside_window(keys: Sequence[str], shadow: DataFrame, outside: DataFrame,
-                        where: Sequence[str]) -> GateResult:
+                        where: Sequence[str], gate: str = EDGE_GATE) -> GateResult:
     """The gate: no business key of ``shadow`` (the window's recomputed rows) occurs in
     ``outside`` (the target's rows outside the window), compared null-safe as a MERGE matches
     keys. One semi-join of the two sides' keys; a count, and up to five of the rows found (their
@@ -47,10 +47,10 @@ def keys_outside_window(keys: Sequence[str], shadow: DataFrame, outside: DataFra
               f"target outside the window ({rows} row(s), e.g. {'; '.join(sample)}): after the "
               "promotion the target would hold each twice (a row that moved across the "
               "window's edge, such as a corrected timestamp or date). Widen the window to "
-              "cover those rows, or, if the business key is unique only within a partition, "
-              "add the partition column to business_keys"
+              "cover those rows, or delete them from the target with the change; if the keys "
+              "are unique only within a partition, drop table_wide from the duplicate_check"
               if n else f"no business key ({named}) of the recomputed window is held by the "
               "target outside the window")
-    return GateResult(gate=EDGE_GATE, check_type="duplicate_check", passed=n == 0,
+    return GateResult(gate=gate, check_type="duplicate_check", passed=n == 0,
                       measured={"keys": n, "rows": rows}, threshold=0, expected=0,
                       reason=reason, details={"sample": sample} if sample else {})

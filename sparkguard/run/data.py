@@ -15,10 +15,10 @@ from pyspark.sql.types import ArrayType, AtomicType, DataType, StringType, Struc
 
 from sparkguard import delta_ops
 from sparkguard.errors import SparkguardError, first_line
-from sparkguard.plan.enums import Promotion
+from sparkguard.plan.enums import CheckType, Promotion
 from sparkguard.plan.model import Transform
 from sparkguard.plan.window_spec import BUCKET_COLUMN
-from sparkguard.reconcile.edge import keys_outside_window
+from sparkguard.reconcile.edge import EDGE_GATE, keys_outside_window
 from sparkguard.reconcile.engine import columns_of, reconcile, row_hash, table_fingerprint
 from sparkguard.reconcile.hashing import column
 from sparkguard.reconcile.spec import schema_contract_gates, spec_for_target, unknown_columns
@@ -230,27 +230,37 @@ def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
     finally:
         for v in reference[1] if reference else []:
             ctx.spark.catalog.dropTempView(v)
-    edge = _edge_gate(ctx, st, shadow, partitions, target_version, spec.business_keys) \
-        if preview else []
+    edge = _edge_gates(ctx, st, shadow, partitions, target_version) if preview else []
     return ReconcileResult(scope=res.scope, partitions=res.partitions,
                            gates=(*res.gates, *schema, *edge), preview=res.preview,
                            duplicate_sample=res.duplicate_sample)
 
 
-def _edge_gate(ctx: RunContext, st: TargetState, shadow: DataFrame,
-               partitions: Sequence[object], version: int | None,
-               keys: Sequence[str]) -> list[GateResult]:
-    """The full window's ``keys_outside_window`` gate (``reconcile.edge``), read at the
-    target's version the window was read at; none when a business key is the window column
-    (a key outside the window then differs from every key inside)."""
-    if not keys or any(k.lower() == ctx.window.column.lower() for k in keys):
+def _edge_gates(ctx: RunContext, st: TargetState, shadow: DataFrame,
+                partitions: Sequence[object], version: int | None) -> list[GateResult]:
+    """The full window's ``keys_outside_window`` gate (``reconcile.edge``) of each
+    ``duplicate_check`` with ``table_wide: true``, read at the target's version the window was
+    read at; none for keys that include the window column (a key outside the window then
+    differs from every key inside)."""
+    w = ctx.window
+    sets = []
+    for check in ctx.plan.checks_for(st.spec):
+        keys = tuple(check.key_columns or st.spec.business_keys)
+        if check.type is CheckType.DUPLICATE_CHECK and check.table_wide and keys \
+                and w.column.lower() not in {k.lower() for k in keys} and keys not in sets:
+            sets.append(keys)
+    if not sets:
         return []
     df = (delta_ops.read_version(ctx.spark, st.ref, version) if version is not None
           else delta_ops.read_table(ctx.spark, st.ref))
-    outside = as_shadow(ctx, st, df.filter(f"NOT coalesce(({ctx.window.pred(partitions)}), "
-                                           "false)"))
-    where = [c for c in outside.columns if c.lower() == ctx.window.column.lower()]
-    return [keys_outside_window(keys, shadow, outside, where)]
+    outside = as_shadow(ctx, st, df.filter(f"NOT coalesce(({w.pred(partitions)}), false)"))
+    hour = w.range.hour_column if w.range is not None else None
+    where = [c for name in (w.column, hour) if name for c in outside.columns
+             if c.lower() == name.lower()]
+    named = tuple(st.spec.business_keys)
+    return [keys_outside_window(keys, shadow, outside, where,
+                                gate=EDGE_GATE if keys == named else f"{EDGE_GATE}[{','.join(keys)}]")
+            for keys in sets]
 
 
 def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame, target: DataFrame

@@ -170,6 +170,8 @@ CASES: list[tuple[str, Mutate, set[str]]] = [
     ("check_duplicated", _set("validation.checks.3.metric", "gross_amount"), {"check_duplicated"}),
     ("check_field_ignored", _set("validation.checks.0.key_columns", ["order_id"]),
      {"check_field_ignored"}),
+    ("check_field_ignored", _set("validation.checks.0.table_wide", True),
+     {"check_field_ignored"}),
     ("keys_mismatch", _set("validation.checks.1.key_columns", ["order_id", "customer_id"]),
      {"keys_mismatch"}),
     ("contract_column_unknown", _set("targets.0.contract", {
