@@ -82,20 +82,22 @@ def window_rules(plan: BackfillPlan, c: Collector) -> None:
                   "end_utc is exclusive; make the list match the range")
 
 
-def _as_days(plan: BackfillPlan, listed: list[object]) -> list[dt.date] | None:
-    """Integer partitions that are all dates written ``yyyymmdd`` (``20261201``), as dates: the
-    list is what the run replaces, so it must agree with the range reviewers read. None for
-    other integers (an hour id, a store number), which the range cannot be checked against."""
+def _as_days(plan: BackfillPlan, listed: list[object]) -> list[object] | None:
+    """Integer partitions that are all eight-digit ``yyyymmdd`` numbers (``20261201``), as
+    dates (one that is no calendar day, ``20261232``, stays a number: in no range): the list is
+    what the run replaces, so it must agree with the range reviewers read. None for other
+    integers (an hour id, a store number), which the range cannot be checked against."""
     if plan.partitioning is None or plan.partitioning.type is not PartitionType.INT:
         return None
-    out = []
+    if not all(isinstance(v, int) and 1900_01_01 <= v <= 9999_12_31 for v in listed):
+        return None
+    out: list[object] = []
     for v in listed:
-        if not isinstance(v, int) or not 1900_01_01 <= v <= 9999_12_31:
-            return None
+        assert isinstance(v, int)
         try:
             out.append(dt.date(v // 10000, v // 100 % 100, v % 100))
         except ValueError:
-            return None
+            out.append(v)
     return out
 
 
