@@ -5,12 +5,33 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkguard.sql import quote_column
 
-__all__ = ["collated", "field_names", "holds_collated", "holds_type", "holds_unordered",
-           "in_binary", "leaf_fields", "map_leaves", "same_field_names", "sql_type"]
+__all__ = [
+    "EXACT_JSON",
+    "collated",
+    "exact_json",
+    "field_names",
+    "holds_collated",
+    "holds_type",
+    "holds_unordered",
+    "in_binary",
+    "leaf_fields",
+    "map_leaves",
+    "same_field_names",
+    "sql_type",
+    "variants_as_text",
+]
+
+
+# to_json options that keep what a comparison must see: timestamps to the microsecond (the
+# default format stops at milliseconds) and null fields (dropped by default)
+EXACT_JSON = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+              "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS", "ignoreNullFields": "false"}
 
 
 def holds_type(dtype: T.DataType, *kinds: type[T.DataType]) -> bool:
@@ -121,3 +142,31 @@ def same_field_names(a: T.DataType, b: T.DataType) -> bool:
                                                                            b.valueType)
     return not isinstance(a, T.StructType | T.ArrayType | T.MapType) and not isinstance(
         b, T.StructType | T.ArrayType | T.MapType)
+
+
+def variants_as_text(col: Column, dtype: T.DataType) -> Column:
+    """Every variant in the value as its JSON text, wherever it is nested: a SQL null stays
+    null and a variant null becomes the text ``null``, which a JSON rendering of the whole
+    value would write alike (``[null]``). Its type: ``dtype`` with each variant a string
+    (:func:`map_leaves`)."""
+    if isinstance(dtype, T.VariantType):
+        return F.to_json(col)
+    if not holds_type(dtype, T.VariantType):
+        return col
+    if isinstance(dtype, T.ArrayType):
+        return F.transform(col, lambda x: variants_as_text(x, dtype.elementType))
+    if isinstance(dtype, T.MapType):  # a map key is never a variant
+        return F.transform_values(col, lambda _k, v: variants_as_text(v, dtype.valueType))
+    assert isinstance(dtype, T.StructType)
+    rebuilt = F.struct(*[variants_as_text(col.getField(f.name), f.dataType).alias(f.name)
+                         for f in dtype.fields])
+    return F.when(col.isNull(), F.lit(None)).otherwise(rebuilt)
+
+
+def exact_json(col: Column, dtype: T.DataType) -> Column:
+    """A map, a variant or a value holding them as JSON text that tells apart what ``<=>`` on
+    the value would: timestamps to the microsecond, null fields kept, a variant null apart from
+    a SQL null wherever nested; null for a null value."""
+    if isinstance(dtype, T.VariantType):
+        return F.to_json(col)
+    return F.to_json(variants_as_text(col, dtype), EXACT_JSON)

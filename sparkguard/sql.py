@@ -351,36 +351,23 @@ def quote_column(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-# to_json options that keep what a comparison must see: timestamps to the microsecond (the
-# default format stops at milliseconds, so 10:00:00.123456 and 10:00:00.123 would compare equal)
-# and null fields; plain literals, so no escaping setting can change them
-_EXACT_JSON = ("map('timestampFormat', 'yyyy-MM-dd HH:mm:ss.SSSSSSXXX', "
-               "'timestampNTZFormat', 'yyyy-MM-dd HH:mm:ss.SSSSSS', 'ignoreNullFields', 'false')")
-
-
-def changed_condition(columns: Sequence[str], json_columns: Iterable[str] = (),
-                      binary_columns: Iterable[str] = (), target_alias: str = "t",
-                      source_alias: str = "s") -> str:
+def changed_condition(columns: Sequence[str], binary_columns: Iterable[str] = (),
+                      target_alias: str = "t", source_alias: str = "s") -> str:
     """True when any of ``columns`` differs between a matched target and source row:
-    ``NOT (t.`c1` <=> s.`c1` AND ...)``, null-safe (null = null, NaN = NaN in Spark).
-
-    Columns in ``json_columns`` (those holding a map or a variant, which ``<=>`` cannot compare,
-    or collated text inside a struct or an array) are compared as their JSON text, timestamps
-    to the microsecond; a map whose entries merely come in another order then counts as changed
-    (a variant's object keys are stored sorted, so its JSON is canonical). Columns in
-    ``binary_columns`` (collated text, which ``<=>`` compares in its collation: ``UTF8_LCASE``
-    is blind to a change of case) are compared in ``UTF8_BINARY``.
+    ``NOT (t.`c1` <=> s.`c1` AND ...)``, null-safe (null = null, NaN = NaN in Spark). Columns
+    in ``binary_columns`` (collated text, which ``<=>`` compares in its collation: ``UTF8_LCASE``
+    is blind to a change of case) are compared in ``UTF8_BINARY``. (Maps and variants, which
+    ``<=>`` cannot compare, are given as columns of their exact JSON text:
+    :func:`sparkguard.spark_types.exact_json`.)
     """
     if not columns:
         raise UnsafeSQLError("a change condition needs at least one column")
     ta, sa = quote_identifier(target_alias), quote_identifier(source_alias)
-    as_json, as_binary = set(json_columns), set(binary_columns)
+    as_binary = set(binary_columns)
     terms = []
     for c in columns:
         t, s = f"{ta}.{quote_column(c)}", f"{sa}.{quote_column(c)}"
-        if c in as_json:
-            t, s = f"to_json({t}, {_EXACT_JSON})", f"to_json({s}, {_EXACT_JSON})"
-        elif c in as_binary:
+        if c in as_binary:
             t, s = f"collate({t}, 'UTF8_BINARY')", f"collate({s}, 'UTF8_BINARY')"
         terms.append(f"{t} <=> {s}")
     return f"NOT ({' AND '.join(terms)})"

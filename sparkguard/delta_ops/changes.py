@@ -9,7 +9,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from sparkguard.delta_ops.tables import read_table
-from sparkguard.spark_types import collated, holds_collated, holds_unordered, same_field_names
+from sparkguard.spark_types import (
+    collated,
+    exact_json,
+    holds_collated,
+    holds_unordered,
+    same_field_names,
+)
 from sparkguard.sql import CHANGE_OP, TableRef, changed_condition, merge_condition, quote_column
 
 __all__ = ["window_changes"]
@@ -26,32 +32,40 @@ def window_changes(spark: SparkSession, df: DataFrame, ref: TableRef, keys: Sequ
     A column of another type than the target's is compared, and returned, as the MERGE writes
     it: cast to the target's type (a struct only when its fields pair by name, as the MERGE
     pairs them; ``cast_to_target`` gates have checked that the cast keeps each value; see
-    :func:`_as_written` for what is not cast)."""
+    :func:`_as_written` for what is not cast). A map or a variant (which ``<=>`` cannot
+    compare), or text collated inside a struct or an array, is compared as its exact JSON text
+    (:func:`~sparkguard.spark_types.exact_json`); collated text at the top in binary."""
     target = read_table(spark, ref)
     df = _as_written(df, target)
     cols = df.columns
     key_set = set(keys)
-    compared = [f for f in df.schema.fields if f.name not in key_set]
+    types = {f.name.lower(): f.dataType for f in target.schema.fields}
+    # each compared column's type on both sides (the target's where it has the column)
+    sides = {f.name: (f.dataType, types.get(f.name.lower(), f.dataType))
+             for f in df.schema.fields if f.name not in key_set}
+    as_json = [c for c, ts in sides.items()
+               if any(holds_unordered(t) or (holds_collated(t) and not collated(t)) for t in ts)]
+    as_binary = [c for c, ts in sides.items()
+                 if c not in as_json and any(collated(t) for t in ts)]
+    texts = {c: f"__sg_j{i}" for i, c in enumerate(as_json)}  # compared as exact JSON text
     side_s, side_t = "__sg_in_s", "__sg_in_t"
-    s = df.withColumn(side_s, F.lit(True)).alias("s")
-    t = (target.alias("t").filter(window_predicate_target)
-         .select(*[F.col(f"`t`.{quote_column(c)}").alias(c) for c in cols],
-                 F.lit(True).alias(side_t)).alias("t"))
+
     def col(alias: str, name: str) -> Column:
         return F.col(f"`{alias}`.{quote_column(name)}")
 
+    s = df.withColumns({side_s: F.lit(True), **{
+        name: exact_json(F.col(quote_column(c)), sides[c][0]) for c, name in texts.items()}})
+    t = (target.alias("t").filter(window_predicate_target)
+         .select(*[col("t", c).alias(c) for c in cols],
+                 *[exact_json(col("t", c), sides[c][1]).alias(name) for c, name in texts.items()],
+                 F.lit(True).alias(side_t)).alias("t"))
     op = (F.when(col("s", side_s).isNull(), F.lit("D"))
           .when(col("t", side_t).isNull(), F.lit("I")))
-    if compared:
-        types = {f.name.lower(): f.dataType for f in target.schema.fields}
-        sides = {f.name: (f.dataType, types.get(f.name.lower(), f.dataType)) for f in compared}
-        as_json = [c for c, ts in sides.items()
-                   if any(holds_unordered(t) or (holds_collated(t) and not collated(t))
-                          for t in ts)]
-        as_binary = [c for c, ts in sides.items()
-                     if c not in as_json and any(collated(t) for t in ts)]
-        op = op.when(F.expr(changed_condition(list(sides), as_json, as_binary)), F.lit("U"))
-    joined = s.join(t, F.expr(merge_condition(keys)), "full_outer").withColumn(CHANGE_OP, op)
+    if sides:
+        compared = [texts.get(c, c) for c in sides]
+        op = op.when(F.expr(changed_condition(compared, as_binary)), F.lit("U"))
+    joined = s.alias("s").join(t, F.expr(merge_condition(keys)), "full_outer") \
+        .withColumn(CHANGE_OP, op)
     wanted = ["I", "U", "D"] if delete_unmatched else ["I", "U"]
     return (joined.filter(F.col(CHANGE_OP).isin(wanted))
             .select(*[F.when(F.col(CHANGE_OP) == "D", col("t", c)).otherwise(col("s", c))

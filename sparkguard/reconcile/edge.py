@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparkguard.reconcile.hashing import _JSON_EXACT, column
+from sparkguard.reconcile.hashing import column
 from sparkguard.reconcile.verdicts import GateResult
+from sparkguard.spark_types import EXACT_JSON
 
 __all__ = ["EDGE_GATE", "keys_outside_window"]
 
@@ -40,7 +41,7 @@ def keys_outside_window(keys: Sequence[str], shadow: DataFrame, outside: DataFra
     sample: list[str] = []
     if n:
         text = F.to_json(F.struct(*[F.col(f"__sg_t{i}").alias(c) for i, c in enumerate(shown)]),
-                         _JSON_EXACT)
+                         EXACT_JSON)
         sample = [str(r[0]) for r in found.select(text).limit(_SAMPLE).collect()]  # <= 5
     named = ", ".join(names)
     reason = (f"{n} business key(s) ({named}) of the recomputed window are also held by the "

@@ -15,11 +15,13 @@ from pyspark.sql import types as T
 
 from sparkguard.reconcile.spec import ColumnInfo
 from sparkguard.spark_types import (
+    EXACT_JSON,
     holds_collated,
     holds_type,
     holds_unordered,
     in_binary,
     map_leaves,
+    variants_as_text,
 )
 from sparkguard.sql import quote_column
 
@@ -38,12 +40,6 @@ def column(name: str) -> Column:
     return F.col(quote_column(name))
 
 
-# JSON that keeps what the hash must see: timestamps to the microsecond (the default format
-# stops at milliseconds) and null fields (dropped by default)
-_JSON_EXACT = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
-               "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS", "ignoreNullFields": "false"}
-
-
 def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
     """The column as a value Spark can hash: maps become entries sorted by key, which like
     arrays and structs keep their shape (:func:`_shaped`: ``{"a": null, "b": "c"}`` and
@@ -55,7 +51,7 @@ def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
         dt = in_binary(dt)
         col = col.cast(dt)
     if holds_type(dt, T.VariantType):
-        col, dt = _variants_as_text(col, dt), map_leaves(
+        col, dt = variants_as_text(col, dt), map_leaves(
             dt, lambda t: T.StringType() if isinstance(t, T.VariantType) else t)
     if isinstance(dt, T.MapType) and not holds_unordered(dt.keyType) \
             and not holds_unordered(dt.valueType):
@@ -63,30 +59,12 @@ def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
                                             T.StructField("value", dt.valueType)]))
         return _shaped(F.array_sort(F.map_entries(col)), entries)
     if holds_unordered(dt):
-        return F.to_json(col, _JSON_EXACT)
+        return F.to_json(col, EXACT_JSON)
     if isinstance(dt, (T.ArrayType, T.StructType)):
         return _shaped(col, dt)
     if rtrim and isinstance(dt, T.StringType):
         return F.rtrim(col)
     return col
-
-
-def _variants_as_text(col: Column, dt: T.DataType) -> Column:
-    """Every variant in the value as its JSON text, wherever it is nested: a SQL null stays
-    null and a variant null becomes the text ``null``, which a JSON rendering of the whole
-    value would write alike (``[null]``)."""
-    if isinstance(dt, T.VariantType):
-        return F.to_json(col)
-    if not holds_type(dt, T.VariantType):
-        return col
-    if isinstance(dt, T.ArrayType):
-        return F.transform(col, lambda x: _variants_as_text(x, dt.elementType))
-    if isinstance(dt, T.MapType):  # a map key is never a variant
-        return F.transform_values(col, lambda _k, v: _variants_as_text(v, dt.valueType))
-    assert isinstance(dt, T.StructType)
-    rebuilt = F.struct(*[_variants_as_text(col.getField(f.name), f.dataType).alias(f.name)
-                         for f in dt.fields])
-    return F.when(col.isNull(), F.lit(None)).otherwise(rebuilt)
 
 
 def _shaped(col: Column, dt: T.DataType) -> Column:

@@ -124,8 +124,9 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
                 dup = thr
                 # a key repeated in two buckets counts too; so in two partitions when a MERGE
                 # promotes, which matches on the business keys alone
-                if plan.window_column is not None or (
-                        target.promotion is not Promotion.REPLACE_WHERE and pcol not in cols):
+                # (or when the plan says the keys are unique across the table)
+                if plan.window_column is not None or (pcol not in cols and (
+                        check.table_wide or target.promotion is not Promotion.REPLACE_WHERE)):
                     extra_dups.append(cols)
                     extra_thresholds.append(thr)
             else:  # its own threshold; the business keys keep theirs (default: exact)

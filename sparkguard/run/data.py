@@ -240,21 +240,22 @@ def _edge_gates(ctx: RunContext, st: TargetState, shadow: DataFrame,
                 partitions: Sequence[object], version: int | None) -> list[GateResult]:
     """The full window's ``keys_outside_window`` gate (``reconcile.edge``) of each
     ``duplicate_check`` with ``table_wide: true``, read at the target's version the window was
-    read at; none for keys that include the window column (a key outside the window then
-    differs from every key inside)."""
+    read at; none for keys that include every window column (the date and the hour of a
+    ``date_hour`` window): a key outside the window then differs from every key inside."""
     w = ctx.window
+    hour = w.range.hour_column if w.range is not None else None
+    spot = {c.lower() for c in (w.column, hour) if c}  # where a row is in the window
     sets = []
     for check in ctx.plan.checks_for(st.spec):
         keys = tuple(check.key_columns or st.spec.business_keys)
         if check.type is CheckType.DUPLICATE_CHECK and check.table_wide and keys \
-                and w.column.lower() not in {k.lower() for k in keys} and keys not in sets:
+                and not spot <= {k.lower() for k in keys} and keys not in sets:
             sets.append(keys)
     if not sets:
         return []
     df = (delta_ops.read_version(ctx.spark, st.ref, version) if version is not None
           else delta_ops.read_table(ctx.spark, st.ref))
     outside = as_shadow(ctx, st, df.filter(f"NOT coalesce(({w.pred(partitions)}), false)"))
-    hour = w.range.hour_column if w.range is not None else None
     where = [c for name in (w.column, hour) if name for c in outside.columns
              if c.lower() == name.lower()]
     named = tuple(st.spec.business_keys)

@@ -250,6 +250,30 @@ def test_variant_and_map_columns_compare_as_json(spark: Any, lake: Path) -> None
         (3, "null", None, 30), (4, None, '[{"q":"it\'s"}]', None)]
 
 
+def test_a_nested_variant_null_is_not_a_sql_null(spark: Any, lake: Path) -> None:
+    """A variant holding JSON ``null`` replacing a SQL null inside an array or a map is a
+    change (a JSON rendering of the whole value writes both ``null``): the change set updates
+    it, so the promotion verifies, instead of skipping it and failing verification forever."""
+    path = str(lake / "vnull")
+    spark.sql(f"CREATE TABLE delta.`{path}` (k INT, p DATE, a ARRAY<VARIANT>, "
+              "m MAP<STRING, VARIANT>) USING delta PARTITIONED BY (p) "
+              "TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    row = "({k}, DATE'2026-05-02', array({a}), map('x', {m}))"
+    null, jnull = "CAST(NULL AS VARIANT)", "parse_json('null')"
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES " + ", ".join(
+        row.format(k=k, a=null, m=null) for k in (1, 2, 3)))
+    new = spark.sql("SELECT * FROM VALUES " + ", ".join(
+        [row.format(k=1, a=jnull, m=null), row.format(k=2, a=null, m=jnull),
+         row.format(k=3, a=null, m=null)]) + " AS s(k, p, a, m)")
+    ref = TableRef(path=path)
+    version = _promote(spark, ref, new, delete=True)
+    assert _changes(spark, ref, version) == {"update_preimage": [1, 2],
+                                             "update_postimage": [1, 2]}
+    got = spark.sql(f"SELECT k, a[0] IS NULL, m['x'] IS NULL FROM delta.`{path}` ORDER BY k")
+    assert [tuple(r) for r in got.collect()] == [(1, False, True), (2, True, False),
+                                                 (3, True, True)]
+
+
 def test_map_timestamps_and_collated_text_compare_exactly(spark: Any, lake: Path) -> None:
     """A change of microseconds in a map's timestamp (JSON's default format stops at
     milliseconds) and a change of case in ``UTF8_LCASE`` text, at the top or in a struct (the

@@ -490,3 +490,42 @@ def test_a_key_that_moved_across_the_window_edge_stops_the_run(spark: Any,
     assert gate.details["sample"] == [
         f'{{"event_id":{i0},"event_date":"{(lay.start - dt.timedelta(hours=3)).date()}"}}']
     assert [g.gate for g in window.gates if not g.passed] == ["keys_outside_window"]
+
+
+def test_a_date_hour_key_with_its_date_still_moves_across_the_window_edge(
+        spark: Any, tmp_path: Path) -> None:
+    """A ``date_hour`` window (05:00-11:00 of one day) and table-wide keys ``(event_id, dt)``:
+    a row moved from 12:00 into the window keeps its date, so its key is held outside the
+    window in the same ``dt``. Keys holding the date alone do not make the gate moot (the hour
+    is the other window column): it runs and fails."""
+    import yaml
+
+    from sparkguard.approve import record_approval
+    from sparkguard.errors import EXIT_GATE_FAILED
+    from sparkguard.layouts import _append, _inside, _moments, _row, layout_plan
+
+    lay = LAYOUTS["date_hour"]
+    root = tmp_path / "dh"
+    build_layout(spark, root, lay)
+    data = layout_plan(lay, root)
+    for check in data["backfill_plan"]["validation"]["checks"]:
+        if check["type"] == "duplicate_check":
+            check["key_columns"] = ["event_id", "dt"]
+    plan = root / "plan.yaml"
+    plan.write_text(yaml.safe_dump(data, sort_keys=False, width=100), encoding="utf-8")
+    record_approval(plan, "data-platform-owner", "alice@example.com")
+    tgt = root / "target" / "events"
+    i0 = next(i for i, t in enumerate(_moments(lay)) if _inside(lay, t) and i % 5 != 1)
+    later = lay.end + dt.timedelta(hours=1)  # the same day, an hour after the window
+    assert later.date() == (lay.end - dt.timedelta(hours=1)).date()
+    _append(spark, lay, tgt, [_row(lay, i0, later)])
+    before = _version(spark, tgt)
+    lines: list[str] = []
+    out = _run(spark, plan, lines)
+    assert out.exit_code == EXIT_GATE_FAILED, "\n".join(lines[-20:])
+    assert _version(spark, tgt) == before
+    window = out.targets["events"].window
+    assert window is not None
+    gate = next(g for g in window.gates if g.gate == "keys_outside_window[event_id,dt]")
+    assert not gate.passed and gate.measured == {"keys": 1, "rows": 1}
+    assert f'"hr":{later.hour}' in gate.details["sample"][0], gate.details

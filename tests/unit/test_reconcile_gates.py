@@ -450,6 +450,20 @@ def test_a_merge_promotion_needs_business_keys_unique_across_the_window(promotio
     assert not {g.gate: g for g in gates}[f"duplicate_check[{','.join(keys)}]"].passed
 
 
+def test_table_wide_keys_are_unique_across_the_window_under_replace_where_too() -> None:
+    """``table_wide: true`` says the keys are unique across the target: a key recomputed into
+    two partitions of the window is a duplicate whatever the promotion."""
+    data = valid_plan()
+    checks = data["backfill_plan"]["validation"]["checks"]
+    dup = next(c for c in checks if c["type"] == "duplicate_check")
+    dup["table_wide"] = True
+    plan = load_plan_text(plan_yaml(data))
+    assert plan.targets[0].promotion.value == "replace_where"
+    s = spec_for_target(plan, plan.targets[0])
+    keys = tuple(dup.get("key_columns") or plan.targets[0].business_keys)
+    assert s.extra_duplicate_keys == (keys,)
+
+
 def test_each_extra_duplicate_check_keeps_its_own_threshold() -> None:
     """The business keys at <= 5 % and a second key set with no threshold (exact): three
     duplicate keys on the second set fail, whatever the first allows."""
