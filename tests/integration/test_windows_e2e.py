@@ -469,15 +469,26 @@ def test_a_key_that_moved_across_the_window_edge_stops_the_run(spark: Any,
     key is once in the shadow and once in neither side's window), but a promotion would leave
     the key in the target twice. The full-window gate ``keys_outside_window`` fails, naming the
     key and where it is, and nothing is promoted."""
-    from sparkguard.errors import EXIT_GATE_FAILED
-    from sparkguard.layouts import _append, _inside, _moments, _row
-
     lay = LAYOUTS["date_partitions"]
     root = tmp_path / "edge"
     plan = build_layout(spark, root, lay)
+    before = lay.start - dt.timedelta(hours=3)
+    i0, window = _edge_failure(spark, root, plan, lay, before, "keys_outside_window")
+    (gate,) = [g for g in window.gates if not g.passed]
+    assert gate.details["sample"] == [f'{{"event_id":{i0},"event_date":"{before.date()}"}}']
+
+
+def _edge_failure(spark: Any, root: Path, plan: Path, lay: Any, moved_from: dt.datetime,
+                  gate_name: str) -> tuple[int, Any]:
+    """Give the target, at ``moved_from`` (outside the window), a row whose event the source
+    has inside it; run ``plan``: the gate ``gate_name`` fails on that one key and row, nothing
+    is promoted. Returns the event id and the full window's result."""
+    from sparkguard.errors import EXIT_GATE_FAILED
+    from sparkguard.layouts import _append, _inside, _moments, _row
+
     tgt = root / "target" / "events"
     i0 = next(i for i, t in enumerate(_moments(lay)) if _inside(lay, t) and i % 5 != 1)
-    _append(spark, lay, tgt, [_row(lay, i0, lay.start - dt.timedelta(hours=3))])
+    _append(spark, lay, tgt, [_row(lay, i0, moved_from)])
     before = _version(spark, tgt)
     lines: list[str] = []
     out = _run(spark, plan, lines)
@@ -485,11 +496,9 @@ def test_a_key_that_moved_across_the_window_edge_stops_the_run(spark: Any,
     assert _version(spark, tgt) == before
     window = out.targets["events"].window
     assert window is not None
-    gate = next(g for g in window.gates if g.gate == "keys_outside_window")
+    gate = next(g for g in window.gates if g.gate == gate_name)
     assert not gate.passed and gate.measured == {"keys": 1, "rows": 1}
-    assert gate.details["sample"] == [
-        f'{{"event_id":{i0},"event_date":"{(lay.start - dt.timedelta(hours=3)).date()}"}}']
-    assert [g.gate for g in window.gates if not g.passed] == ["keys_outside_window"]
+    return i0, window
 
 
 def test_a_date_hour_key_with_its_date_still_moves_across_the_window_edge(
@@ -501,8 +510,7 @@ def test_a_date_hour_key_with_its_date_still_moves_across_the_window_edge(
     import yaml
 
     from sparkguard.approve import record_approval
-    from sparkguard.errors import EXIT_GATE_FAILED
-    from sparkguard.layouts import _append, _inside, _moments, _row, layout_plan
+    from sparkguard.layouts import layout_plan
 
     lay = LAYOUTS["date_hour"]
     root = tmp_path / "dh"
@@ -514,18 +522,9 @@ def test_a_date_hour_key_with_its_date_still_moves_across_the_window_edge(
     plan = root / "plan.yaml"
     plan.write_text(yaml.safe_dump(data, sort_keys=False, width=100), encoding="utf-8")
     record_approval(plan, "data-platform-owner", "alice@example.com")
-    tgt = root / "target" / "events"
-    i0 = next(i for i, t in enumerate(_moments(lay)) if _inside(lay, t) and i % 5 != 1)
     later = lay.end + dt.timedelta(hours=1)  # the same day, an hour after the window
     assert later.date() == (lay.end - dt.timedelta(hours=1)).date()
-    _append(spark, lay, tgt, [_row(lay, i0, later)])
-    before = _version(spark, tgt)
-    lines: list[str] = []
-    out = _run(spark, plan, lines)
-    assert out.exit_code == EXIT_GATE_FAILED, "\n".join(lines[-20:])
-    assert _version(spark, tgt) == before
-    window = out.targets["events"].window
-    assert window is not None
-    gate = next(g for g in window.gates if g.gate == "keys_outside_window[event_id,dt]")
-    assert not gate.passed and gate.measured == {"keys": 1, "rows": 1}
+    _i0, window = _edge_failure(spark, root, plan, lay, later,
+                                "keys_outside_window[event_id,dt]")
+    (gate,) = [g for g in window.gates if not g.passed]
     assert f'"hr":{later.hour}' in gate.details["sample"][0], gate.details
