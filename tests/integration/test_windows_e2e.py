@@ -409,6 +409,32 @@ def test_a_slice_that_reads_no_rows_in_another_zone_is_refused_before_anything_i
     assert "2026-03-10T02" in msg, msg
 
 
+def test_a_session_that_refuses_the_pruning_setting_is_checked_against_utc(
+        spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """A serverless session refuses to show or take settings it does not expose: the check
+    cannot turn Delta's generated-partition pruning off, so it counts the buckets again in a
+    UTC session (the zone writers normally use) and still refuses the New York run of UTC-written
+    tables, naming the rows no slice would read."""
+    from pyspark.sql.conf import RuntimeConfig
+
+    from sparkguard.errors import GuardError
+    from sparkguard.guard_live import _GENERATED_PRUNING
+
+    real_get = RuntimeConfig.get
+
+    def refusing_get(self: Any, key: str, *args: Any) -> Any:
+        if key == _GENERATED_PRUNING:
+            raise RuntimeError(f"[CONFIG_NOT_AVAILABLE] {key}")
+        return real_get(self, key, *args)
+
+    monkeypatch.setattr(RuntimeConfig, "get", refusing_get)
+    with (_written_in_utc_run_from_new_york(spark, tmp_path / "ny", 26, 29) as (plan, moments),
+          pytest.raises(GuardError) as info):
+        _run(spark, plan)
+    lost = sum(1 for t in moments if _at(26) <= t < _at(27))
+    assert f"so {lost} window row(s)" in str(info.value), str(info.value)
+
+
 def test_the_zone_check_counts_every_bucket_not_only_the_first_query_s(
         spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
     """The check counts its buckets in queries of ``_ZONE_BUCKETS`` (400); here 2, so the seven
