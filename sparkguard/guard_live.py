@@ -8,11 +8,12 @@ inside the window (the blast radius). Nothing is written and nothing unbounded i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark.errors import ParseException
@@ -21,6 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkguard import compat, delta_ops
+from sparkguard.delta_ops.sessions import session_confs
 from sparkguard.errors import first_line
 from sparkguard.guard import Finding, Severity, window_partitions
 from sparkguard.guard_checks import contract_column_findings, not_null_findings
@@ -205,7 +207,10 @@ class _Live:
         counts = {r[0]: r[1] for r in src.filter(self.pred).groupBy(self.key.alias("k"))
                   .agg(F.count(F.lit(1))).collect()}
         self.rows = {str(k): int(v) for k, v in counts.items()}
-        self._zone_loss(src, "source", "window_column", row["location"] if row else None)
+        if self.rw is not None and self.rw.type is WindowType.TIMESTAMP:  # the zone check only
+            rules = compat.column_rules(self.spark, row["location"]) \
+                if row is not None and row["location"] else None
+            self._zone_loss(src, "source", "window_column", rules.generated if rules else None)
         missing = [str(x) for x in self.parts if counts.get(x, 0) == 0]
         if missing and self.rw is not None and len(missing) < len(self.parts):
             # a time range may have quiet hours: only a window with no source row at all blocks
@@ -334,7 +339,7 @@ class _Live:
         if part_ok:
             self._blast_radius(path, ref, df, detail)
             self._zone_loss(df, f"target {ref.display!r}", f"{path}.dataset",
-                            detail["location"] if detail is not None else None)
+                            dict(rules.generated) if rules.columns_known else None)
 
     def _variant_deletion_vectors(self, path: str, ref: TableRef, t: TargetSpec,
                                   schema: T.StructType, partitioned_by: list[str] | None) -> None:
@@ -501,7 +506,8 @@ class _Live:
         finally:
             self.spark.catalog.dropTempView(view)
 
-    def _zone_loss(self, df: DataFrame, what: str, path: str, location: str | None) -> None:
+    def _zone_loss(self, df: DataFrame, what: str, path: str,
+                   generated: Mapping[str, str] | None) -> None:
         """A time-range window reads the same rows whatever the session zone, unless Delta
         prunes a generated partition column (``CAST(event_ts AS DATE)``) by the session zone's
         dates of a query's bounds and the table's writers used another zone: then rows are read
@@ -511,12 +517,13 @@ class _Live:
         them: the window's buckets are bounded by the plan's ``max_partitions``), and all of
         them in one grouped query with that pruning off, and blocks when any bucket reads fewer
         rows as the run would (pruning only ever drops rows). Only for a table with a column
-        generated from the window column (or whose columns are unknown: Spark Connect). Where
+        generated from the window column (``generated``: column -> expression, None when
+        unknown: Spark Connect, a restricted cluster). Where
         the pruning cannot be turned off (a serverless session refusing the setting), a UTC
         session is the baseline, as the zone writers normally use."""
         zone = str(self.spark.conf.get("spark.sql.session.timeZone"))
         if self.rw is None or self.rw.type is not WindowType.TIMESTAMP \
-                or not self._generated_from_window(location):
+                or not self._generated_from_window(generated):
             return
         rw, buckets = self.rw, list(self.parts)
         index = {str(b): i for i, b in enumerate(buckets)}
@@ -556,32 +563,24 @@ class _Live:
                      "set spark.sql.session.timeZone to the zone the table's writers use "
                      "(UTC, normally)")
 
-    def _generated_from_window(self, location: str | None) -> bool:
-        """Whether the table at ``location`` has a column generated from the window column
-        (True when its columns cannot be known: Spark Connect, a restricted cluster)."""
-        rules = compat.column_rules(self.spark, location) if location else None
-        if rules is None or self.rw is None:
+    def _generated_from_window(self, generated: Mapping[str, str] | None) -> bool:
+        """Whether a generated column's expression names the window column (True when the
+        table's generated columns are unknown)."""
+        if generated is None or self.rw is None:
             return True
         name = self.rw.column.lower()
-        return any(name in expr.lower() for expr in rules.generated.values())
+        return any(name in expr.lower() for expr in generated.values())
 
     def _with_conf(self, key: str, value: str, count: Callable[[], dict[int, int]]
                    ) -> dict[int, int] | None:
-        """``count()`` with the session setting ``key`` at ``value``, then put back; None when
-        the session refuses to show or take the setting."""
-        conf = self.spark.conf
-        try:
-            old = conf.get(key, None)
-            conf.set(key, value)
-        except Exception:  # a serverless session refuses settings it does not expose
-            return None
-        try:
+        """``count()`` with the session setting ``key`` at ``value``, then put back
+        (``delta_ops.session_confs``); None when the session refuses to show or take it."""
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(session_confs(self.spark, {key: value}))
+            except Exception:  # a serverless session refuses settings it does not expose
+                return None
             return count()
-        finally:
-            if old is None:
-                conf.unset(key)
-            else:
-                conf.set(key, old)
 
     def _blast_radius(self, path: str, ref: TableRef, df: DataFrame, detail: Any) -> None:
         """Report what the promotion replaces."""

@@ -25,6 +25,7 @@ __all__ = [
     "same_field_names",
     "sql_type",
     "variants_as_text",
+    "variants_as_text_type",
 ]
 
 
@@ -147,8 +148,7 @@ def same_field_names(a: T.DataType, b: T.DataType) -> bool:
 def variants_as_text(col: Column, dtype: T.DataType) -> Column:
     """Every variant in the value as its JSON text, wherever it is nested: a SQL null stays
     null and a variant null becomes the text ``null``, which a JSON rendering of the whole
-    value would write alike (``[null]``). Its type: ``dtype`` with each variant a string
-    (:func:`map_leaves`)."""
+    value would write alike (``[null]``). Its type: :func:`variants_as_text_type`."""
     if isinstance(dtype, T.VariantType):
         return F.to_json(col)
     if not holds_type(dtype, T.VariantType):
@@ -161,6 +161,11 @@ def variants_as_text(col: Column, dtype: T.DataType) -> Column:
     rebuilt = F.struct(*[variants_as_text(col.getField(f.name), f.dataType).alias(f.name)
                          for f in dtype.fields])
     return F.when(col.isNull(), F.lit(None)).otherwise(rebuilt)
+
+
+def variants_as_text_type(dtype: T.DataType) -> T.DataType:
+    """The type of :func:`variants_as_text`: ``dtype`` with each variant a string."""
+    return map_leaves(dtype, lambda t: T.StringType() if isinstance(t, T.VariantType) else t)
 
 
 def exact_json(col: Column, dtype: T.DataType) -> Column:

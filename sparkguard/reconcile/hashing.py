@@ -20,8 +20,8 @@ from sparkguard.spark_types import (
     holds_type,
     holds_unordered,
     in_binary,
-    map_leaves,
     variants_as_text,
+    variants_as_text_type,
 )
 from sparkguard.sql import quote_column
 
@@ -51,8 +51,7 @@ def _hashable(df: DataFrame, name: str, rtrim: bool = False) -> Column:
         dt = in_binary(dt)
         col = col.cast(dt)
     if holds_type(dt, T.VariantType):
-        col, dt = variants_as_text(col, dt), map_leaves(
-            dt, lambda t: T.StringType() if isinstance(t, T.VariantType) else t)
+        col, dt = variants_as_text(col, dt), variants_as_text_type(dt)
     if isinstance(dt, T.MapType) and not holds_unordered(dt.keyType) \
             and not holds_unordered(dt.valueType):
         entries = T.ArrayType(T.StructType([T.StructField("key", dt.keyType),

@@ -69,9 +69,13 @@ def shadow_df(ctx: RunContext, st: TargetState, partitions: Sequence[object]) ->
 
 def target_df(ctx: RunContext, st: TargetState, partitions: Sequence[object],
               version: int | None = None) -> DataFrame:
-    df = (delta_ops.read_version(ctx.spark, st.ref, version) if version is not None
-          else delta_ops.read_table(ctx.spark, st.ref))
-    return df.filter(ctx.window.pred(partitions))
+    return _target_at(ctx, st, version).filter(ctx.window.pred(partitions))
+
+
+def _target_at(ctx: RunContext, st: TargetState, version: int | None) -> DataFrame:
+    """The whole target, at ``version`` (None: the current one)."""
+    return (delta_ops.read_version(ctx.spark, st.ref, version) if version is not None
+            else delta_ops.read_table(ctx.spark, st.ref))
 
 
 def as_shadow(ctx: RunContext, st: TargetState, target: DataFrame) -> DataFrame:
@@ -253,9 +257,8 @@ def _edge_gates(ctx: RunContext, st: TargetState, shadow: DataFrame,
             sets.append(keys)
     if not sets:
         return []
-    df = (delta_ops.read_version(ctx.spark, st.ref, version) if version is not None
-          else delta_ops.read_table(ctx.spark, st.ref))
-    outside = as_shadow(ctx, st, df.filter(f"NOT coalesce(({w.pred(partitions)}), false)"))
+    outside = as_shadow(ctx, st, _target_at(ctx, st, version).filter(
+        f"NOT coalesce(({w.pred(partitions)}), false)"))
     where = [c for name in (w.column, hour) if name for c in outside.columns
              if c.lower() == name.lower()]
     named = tuple(st.spec.business_keys)
