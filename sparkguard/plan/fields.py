@@ -25,6 +25,7 @@ from sparkguard.sql import TableRef, has_control, quote_identifier
 __all__ = [
     "ADDED_LATER",
     "BOUND_YEARS",
+    "HIDDEN_TEXT",
     "LABEL_RE",
     "MAX_RANGE_DAYS",
     "Dataset",
@@ -61,10 +62,14 @@ class PlanValueError(ValueError):
         self.fix = fix
 
 
+# said of text holding characters that make the printed plan lie about what it holds
+HIDDEN_TEXT = ("contains a control character (or an invisible format or separator character "
+               "such as U+202E)")
+
+
 def _plain_text(value: str) -> str:
     if has_control(value, allow="\n\t"):
-        raise PlanValueError("contains a control character (or an invisible format or "
-                             "separator character such as U+202E)", "write plain text")
+        raise PlanValueError(HIDDEN_TEXT, "write plain text")
     return value
 
 

@@ -5,6 +5,7 @@ Every problem becomes one line ``file: backfill_plan.a.b: message (got 'v'); fix
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import re
 from pathlib import Path
@@ -14,9 +15,9 @@ import yaml
 from pydantic import ValidationError
 
 from sparkguard.errors import PlanError, PlanProblem
-from sparkguard.plan.fields import SUB_MICROSECOND_RE
+from sparkguard.plan.fields import HIDDEN_TEXT, SUB_MICROSECOND_RE
 from sparkguard.plan.model import ApprovalRecord, BackfillPlan, PlanDocument, field_names
-from sparkguard.sql import UnsafeSQLError
+from sparkguard.sql import UnsafeSQLError, has_control
 
 __all__ = ["MAX_PLAN_BYTES", "approvals_path", "load_plan", "load_plan_text", "parse_yaml",
            "problems_from_validation", "yaml_path"]
@@ -242,19 +243,39 @@ def parse_yaml(text: str, source: str = "<plan>") -> Any:
     return data
 
 
-def _key_problems(data: Any, path: str, out: list[PlanProblem]) -> None:
-    """Mapping keys must be strings: YAML turns ``on:``/``yes:`` into booleans, ``1:`` into ints."""
+_PLAIN = (str, int, float, bool, type(None), dict, list, dt.date)  # what YAML's plain tags give
+_HIDDEN_FIX = ("write plain text; in SQL, spell such a character as an escape in a string "
+               "literal ('\\u200B')")
+
+
+def _document_problems(data: Any, path: str, out: list[PlanProblem]) -> None:
+    """What no field of a plan holds, wherever it is: a key that is not a string (YAML turns
+    ``on:``/``yes:`` into booleans, ``1:`` into ints), a value of another YAML tag (``!!binary``
+    bytes, ``!!set``, ``!!omap``: a reviewer cannot read what runs), and text with characters
+    that make the printed plan lie about what it holds (bidi overrides, zero-width spaces;
+    newlines and tabs are plain)."""
     if isinstance(data, dict):
         for key, value in data.items():
+            where = f"{path}.{key!s}" if path else str(key)
             if not isinstance(key, str):
-                out.append(PlanProblem(f"{path}.{key!s}" if path else str(key),
-                                       f"key {key!r} is not a string", key,
+                out.append(PlanProblem(where, f"key {key!r} is not a string", key,
                                        "quote the key or check its spelling"))
                 continue
-            _key_problems(value, f"{path}.{key}" if path else key, out)
+            if has_control(key, allow="\n\t"):
+                out.append(PlanProblem(where, f"key {HIDDEN_TEXT}", None, _HIDDEN_FIX))
+                continue
+            _document_problems(value, where, out)
     elif isinstance(data, list):
         for i, item in enumerate(data):
-            _key_problems(item, f"{path}[{i}]", out)
+            _document_problems(item, f"{path}[{i}]", out)
+    elif isinstance(data, str):
+        if has_control(data, allow="\n\t"):
+            out.append(PlanProblem(path, HIDDEN_TEXT, None, _HIDDEN_FIX))
+    elif not isinstance(data, _PLAIN):
+        kind = "binary data (!!binary)" if isinstance(data, bytes) else \
+            f"a YAML {type(data).__name__} (a !!set, !!omap or !!pairs tag)"
+        out.append(PlanProblem(path, f"is {kind}", None,
+                               "write the value as plain text, a list or a mapping"))
 
 
 def load_plan_text(text: str, source: str = "<plan>") -> BackfillPlan:
@@ -265,7 +286,7 @@ def load_plan_text(text: str, source: str = "<plan>") -> BackfillPlan:
         raise _refuse(source, f"the document has no top-level '{_ROOT}:' mapping (got {got})",
                       f"start the file with '{_ROOT}:' as in {TEMPLATE}")
     problems: list[PlanProblem] = []
-    _key_problems(data, "", problems)
+    _document_problems(data, "", problems)
     if problems:
         raise PlanError(source, problems)
     try:
@@ -302,6 +323,9 @@ def read_sidecar(plan_path: str | Path) -> list[ApprovalRecord]:
                       path="approvals")
     records: list[ApprovalRecord] = []
     problems: list[PlanProblem] = []
+    _document_problems(data, "", problems)
+    if problems:
+        raise PlanError(str(side), problems)
     for i, rec in enumerate(data["approvals"]):
         try:
             records.append(ApprovalRecord.model_validate(rec))

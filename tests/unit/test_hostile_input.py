@@ -437,6 +437,43 @@ def test_invisible_and_separator_characters_are_refused(
     assert any(path_shown in ln and "control character" in ln for ln in err.splitlines())
 
 
+@pytest.mark.parametrize(("edit", "path_shown", "said"), [
+    (lambda t: t.replace("UPPER(currency)", "UPPER(currency) || '\u202e'"),
+     "backfill_plan.targets[0].transform.sql", "control character"),
+    (lambda t: t.replace("- order_id\n", "- !!binary b3JkZXJfaWQ=\n", 1),
+     "backfill_plan.targets[0].business_keys[0]", "binary data (!!binary)"),
+    (lambda t: t.replace("- order_id\n", "- !!set {order_id}\n", 1),
+     "backfill_plan.targets[0].business_keys[0]", "a YAML set"),
+    (lambda t: t.replace("  owner:", "  \"own\\u200ber\": x\n  owner:", 1),
+     "backfill_plan.own\u200ber", "key contains a control character"),
+], ids=["bidi-in-transform-sql", "binary-key", "set-key", "zero-width-in-a-key"])
+def test_what_a_reviewer_cannot_read_is_refused_in_any_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any, path_shown: str,
+        said: str) -> None:
+    """A transform a reviewer approves must be the one that runs: text that prints otherwise
+    than it reads (a bidi override in the SQL) and values behind a YAML tag (``!!binary``
+    base64 decoded to a key) are refused in every field, not only owner, reason and dataset."""
+    text = plan_yaml(valid_plan())
+    changed = edit(text)
+    assert changed != text
+    path = tmp_path / "plan.yaml"
+    path.write_text(changed, encoding="utf-8")
+    assert main(["guard", "--static-only", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert any(path_shown in ln and said in ln for ln in err.splitlines()), err
+
+
+def test_an_approvals_file_with_a_bidi_override_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_yaml(valid_plan()), encoding="utf-8")
+    approvals_path(path).write_text(
+        "approvals:\n- role: data-platform-owner\n  by: \"alice\\u202e@example.com\"\n"
+        "  at: '2026-05-01T00:00:00Z'\n  plan_sha256: abc\n", encoding="utf-8")
+    assert main(["guard", "--static-only", str(path)]) == EXIT_USAGE
+    assert "control character" in capsys.readouterr().err
+
+
 def test_approve_by_refuses_a_bidi_override(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "plan.yaml"
