@@ -22,8 +22,17 @@ if TYPE_CHECKING:
 
     from sparkguard.state_read import StateReader
 
-__all__ = ["HOME_CONF", "HomeError", "checked_home", "evidence_dir", "home", "read", "session",
-           "spark_if_configured"]
+__all__ = [
+    "HOME_CONF",
+    "HomeError",
+    "checked_home",
+    "evidence_dir",
+    "home",
+    "read",
+    "session",
+    "spark_if_configured",
+    "writable_evidence_dir",
+]
 
 T = TypeVar("T")
 
@@ -87,6 +96,24 @@ def evidence_dir(args: argparse.Namespace) -> str:
     plan = getattr(args, "plan", None)
     base = Path(plan).resolve().parent if plan else Path.cwd()
     return str(base / "evidence")
+
+
+def writable_evidence_dir(args: argparse.Namespace) -> str:
+    """:func:`evidence_dir`, refused (exit 2, nothing created) when it is not a folder this
+    process can write, or a path under one: found only at the end of a run, the evidence would
+    fail after the promotion, which is then undone, on every attempt."""
+    where = evidence_dir(args)
+    probe = Path(where).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        problem = f"{str(probe)!r} is a file, not a folder"
+    elif not os.access(probe, os.W_OK | os.X_OK):
+        problem = f"this process cannot write in {str(probe)!r}"
+    else:
+        return where
+    raise HomeError(f"--evidence-dir: {problem}; the run writes its evidence to {where!r}. Give "
+                    "--evidence-dir a folder you can write (it is created if missing)")
 
 
 def spark_if_configured(args: argparse.Namespace) -> SparkSession | None:

@@ -39,10 +39,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise PlanError(args.plan, [f.as_problem() for f in blocking(findings)])
     from sparkguard.run.evaluator import run_backfill
 
+    evidence = common.writable_evidence_dir(args)
     spark = common.session()
     home = common.home(args, spark)
     outcome = run_backfill(spark, plan, args.plan, home=home,
-                           evidence_dir=common.evidence_dir(args),
+                           evidence_dir=evidence,
                            options=opts)
     print(f"sparkguard: {outcome.message} (run {outcome.run_id}, exit {outcome.exit_code})")
     for label, st in outcome.targets.items():

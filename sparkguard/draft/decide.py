@@ -76,7 +76,7 @@ class Measure:
     column: str
     exact: bool
     source_expr: str | None  # None: the source has no such column (a field to fill)
-    has_nan: bool = False  # NaN in the window today: the gate compares finite values
+    has_nan: bool = False  # NaN or an infinity in the window today, either side
 
     @property
     def threshold_percent(self) -> float:

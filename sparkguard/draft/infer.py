@@ -36,6 +36,7 @@ from sparkguard.draft.decide import (
 )
 from sparkguard.draft.render import Draft, render_draft
 from sparkguard.errors import PlanError, PlanProblem
+from sparkguard.plan.fields import LABEL_RE
 from sparkguard.plan.loader import load_plan_text
 from sparkguard.plan.model import PlanValueError, TargetSpec, Transform
 from sparkguard.spark_types import field_names, same_field_names, sql_type
@@ -116,8 +117,10 @@ def _open(spark: SparkSession, flag: str, dataset: str) -> tuple[TableRef, DataF
 
 
 def _label(dataset: str) -> str:
-    return TargetSpec(dataset=dataset, business_keys=["x"],
-                      transform=Transform(sql="SELECT 1 FROM {source}")).label
+    """The label a plan derives from ``dataset``, made a plain name when it is not one (a
+    folder ``2024_orders`` gives ``t_2024_orders``); the draft writes it as the target's name."""
+    derived = TargetSpec.model_construct(dataset=dataset, name=None).label
+    return derived if LABEL_RE.fullmatch(derived) else f"t_{derived}"[:64]
 
 
 def _transform(req: DraftRequest, target: list[Column], source: list[Column],
@@ -181,12 +184,17 @@ def _rows_per_partition(df: DataFrame, col: str, pred: str) -> dict[str, int]:
             for v, n in df.filter(pred).groupBy(col).agg(F.count(F.lit(1))).collect()}
 
 
+def _non_finite(c: str) -> SparkColumn:
+    """Rows where float column ``c`` is NaN or infinite (the metric gate's ``nan`` rule)."""
+    return F.sum((F.isnan(F.col(c)) | (F.abs(F.col(c)) == float("inf"))).cast("long"))
+
+
 def _profile(win: DataFrame, cols: list[Column]) -> tuple[int, dict[str, int], list[str]]:
-    """(rows, nulls per column, float columns holding NaN) of the window, in one aggregation."""
+    """(rows, nulls per column, float columns holding NaN or an infinity) of the window, in one
+    aggregation."""
     aggs = [F.count(F.lit(1)).alias("__rows")]
     aggs += [F.count(F.col(c.name)).alias(f"__nn{i}") for i, c in enumerate(cols)]
-    aggs += [F.sum(F.isnan(F.col(c.name)).cast("long")).alias(f"__nan{i}")
-             for i, c in enumerate(cols) if c.is_float]
+    aggs += [_non_finite(c.name).alias(f"__nan{i}") for i, c in enumerate(cols) if c.is_float]
     row = win.agg(*aggs).first()
     assert row is not None
     rows = int(row["__rows"])
@@ -195,30 +203,44 @@ def _profile(win: DataFrame, cols: list[Column]) -> tuple[int, dict[str, int], l
     return rows, nulls, nans
 
 
-def _verify(win: DataFrame, part: str, cands: Sequence[KeyCandidate]) -> list[KeyEvidence]:
-    """Rows, rows with a null key column and distinct (partition, key) per candidate, as one
-    aggregation."""
+def _non_finite_in(win: DataFrame, cols: Sequence[Column], names: set[str]) -> list[str]:
+    """The float columns among ``names`` holding NaN or an infinity in ``win`` (one
+    aggregation; none when no such column)."""
+    floats = [c.name for c in cols if c.is_float and c.name in names]
+    if not floats:
+        return []
+    row = win.agg(*[_non_finite(n).alias(f"__nan{i}") for i, n in enumerate(floats)]).first()
+    assert row is not None
+    return [n for i, n in enumerate(floats) if (row[f"__nan{i}"] or 0) > 0]
+
+
+def _verify(win: DataFrame, part: str, cands: Sequence[KeyCandidate], across: bool
+            ) -> list[KeyEvidence]:
+    """Rows, rows with a null key column and distinct (partition, key) per candidate (distinct
+    keys with ``across``), as one aggregation."""
     aggs: list[SparkColumn] = [F.count(F.lit(1)).alias("__rows")]
+    by = [] if across else [F.col(part)]
     for i, cand in enumerate(cands):
         nulls = functools.reduce(lambda a, b: a | b, [F.col(c).isNull() for c in cand.columns])
         aggs.append(F.sum(nulls.cast("long")).alias(f"__n{i}"))
-        aggs.append(F.count_distinct(F.col(part), *[F.col(c) for c in cand.columns])
-                    .alias(f"__d{i}"))
+        aggs.append(F.count_distinct(*by, *[F.col(c) for c in cand.columns]).alias(f"__d{i}"))
     row = win.agg(*aggs).first()
     assert row is not None
-    return [KeyEvidence(cand, int(row["__rows"]), int(row[f"__n{i}"] or 0), int(row[f"__d{i}"]))
-            for i, cand in enumerate(cands)]
+    return [KeyEvidence(cand, int(row["__rows"]), int(row[f"__n{i}"] or 0), int(row[f"__d{i}"]),
+                        across) for i, cand in enumerate(cands)]
 
 
 def _find_key(win: DataFrame, part: str, cols: list[Column], label: str,
-              left_out: Sequence[str] = ()) -> tuple[tuple[str, ...], list[KeyEvidence], list[str]]:
-    """(key, evidence of every candidate tried, candidates not tried)."""
+              left_out: Sequence[str] = (), across: bool = False
+              ) -> tuple[tuple[str, ...], list[KeyEvidence], list[str]]:
+    """(key, evidence of every candidate tried, candidates not tried); the key unique in each
+    partition, or across the window with ``across`` (a MERGE matches on it alone)."""
     singles = key_candidates(cols, label, part)
     tried: list[KeyEvidence] = []
     for batch in [singles[:1], *[singles[i:i + _BATCH] for i in range(1, len(singles), _BATCH)]]:
         if not batch:
             continue
-        found = _verify(win, part, batch)
+        found = _verify(win, part, batch, across)
         for ev in found:
             tried.append(ev)
             if ev.exact:
@@ -226,8 +248,11 @@ def _find_key(win: DataFrame, part: str, cols: list[Column], label: str,
                 return ev.candidate.columns, tried, [
                     ", ".join(c.columns) for c in singles if c not in done]
     composites = key_candidates(cols, label, part, composites=True)
+    if across:  # a key unique within each partition, with the window column, is one across it
+        composites = [KeyCandidate((*c.columns, part), f"{c.why}, with the window column")
+                      for c in singles] + composites
     for i in range(0, len(composites), _BATCH):
-        found = _verify(win, part, composites[i:i + _BATCH])
+        found = _verify(win, part, composites[i:i + _BATCH], across)
         for ev in found:
             tried.append(ev)
             if ev.exact:
@@ -302,9 +327,15 @@ def infer_draft(spark: SparkSession, req: DraftRequest) -> Draft:
                      "has rows, or write the plan from templates/backfill-plan.yaml")
     win = tdf.filter(pred)
     label = _label(tref.display)
+    # a target with an identity column is promoted by a MERGE (render_draft), which matches on
+    # the key alone: it must be unique across the window, not only within each partition
     keys, evidence, untried = _find_key(win, col, plain, label,
-                                        [c.name for c in tcols if c not in plain])
+                                        [c.name for c in tcols if c not in plain],
+                                        across=bool(identity))
     rows, nulls, nans = _profile(win, plain)
+    # the metric gate fails on NaN or an infinity on either side unless told to exclude them
+    nans += [n for n in _non_finite_in(sdf.filter(pred), scols, {c.name for c in plain})
+             if n not in nans]
     sql, fn, notes = _transform(req, tcols, scols, _reordered(tdf.schema, sdf.schema))
     contract = [c for c in plain if re.fullmatch(_CONTRACT_TYPE, c.type)]
     return Draft(

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 from sparkguard.errors import PlanError, PlanProblem
-from sparkguard.plan.fields import SUB_MICROSECOND_RE, PlanValueError, utc_moment
-from sparkguard.sql import TableRef, UnsafeSQLError
+from sparkguard.plan.fields import HIDDEN_TEXT, SUB_MICROSECOND_RE, PlanValueError, utc_moment
+from sparkguard.sql import TableRef, UnsafeSQLError, has_control
 
 __all__ = ["SOURCE", "check_new_file", "parse_bound", "read_sql_file", "refuse", "resolve_table",
            "window_days", "write_new_file"]
@@ -80,10 +80,14 @@ def window_days(start: dt.datetime, end: dt.datetime) -> list[dt.date]:
 def read_sql_file(path: str) -> str:
     """The text of ``--transform-sql FILE``; a refusal naming the option when unreadable."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise refuse("--transform-sql", f"cannot read {path!r}: {exc}",
                      "give the path of a UTF-8 file holding one SELECT") from None
+    if has_control(text, allow="\n\t"):  # a plan refuses them: a reviewer cannot see them
+        raise refuse("--transform-sql", f"{path!r} {HIDDEN_TEXT}",
+                     "spell such a character as an escape in a SQL string literal ('\\u000B')")
+    return text  # read_text turned \r\n and \r into \n
 
 
 def check_new_file(path: str) -> Path:

@@ -56,12 +56,14 @@ class KeyCandidate:
 @dataclass(frozen=True)
 class KeyEvidence:
     """What the window said about one candidate: rows, rows with a null key, and distinct keys
-    within each partition (duplicates = non-null rows - distinct)."""
+    within each partition, or across the window with ``across`` (a MERGE promotion matches on
+    the key alone); duplicates = non-null rows - distinct."""
 
     candidate: KeyCandidate
     rows: int
     null_rows: int
     distinct: int
+    across: bool = False
 
     @property
     def duplicates(self) -> int:
@@ -76,7 +78,8 @@ class KeyEvidence:
             else self.candidate.columns[0]
         if self.exact:
             return (f"{key}: exact: {self.rows:,} rows, no nulls, {self.distinct:,} distinct "
-                    f"keys per partition ({self.candidate.why})")
+                    f"keys {'across the window' if self.across else 'per partition'} "
+                    f"({self.candidate.why})")
         why = []
         if self.duplicates:
             why.append(f"{self.duplicates:,} duplicate row(s)")

@@ -69,13 +69,16 @@ def _comment(lines: list[str], indent: int, text: str) -> None:
 def _block(lines: list[str], indent: int, key: str, text: str) -> None:
     """A multi-line string as a literal block when it is plain, else a quoted scalar."""
     body = text if text.endswith("\n") else text + "\n"
-    plain = all(line == line.rstrip() and line.isprintable() for line in body.splitlines()) \
+    # split at newlines only: str.splitlines also splits at \x0b, \x1c, U+2028, ..., which a
+    # literal block would then give back as newlines (isprintable refuses them in a line)
+    rows = body.split("\n")[:-1]
+    plain = all(line == line.rstrip() and line.isprintable() for line in rows) \
         and body.strip() and body[:1] not in (" ", "\n")
     if not plain:
         lines.append(f"{' ' * indent}{key}: {_scalar(text)}")
         return
     lines.append(f"{' ' * indent}{key}: |{'' if text.endswith(chr(10)) else '-'}")
-    lines += [f"{' ' * (indent + 2)}{line}" if line else "" for line in body.splitlines()]
+    lines += [f"{' ' * (indent + 2)}{line}" if line else "" for line in rows]
 
 
 def _iso(moment: dt.datetime) -> str:
@@ -126,7 +129,7 @@ def render_draft(d: Draft) -> str:
     if d.source_layout.partition_columns != d.layout.partition_columns:
         c(L, 2, f"The source is {d.source_layout.describe()}.")
     L.append("  partitioning:")
-    L.append(f"    column: {d.window_column}")
+    L.append(f"    column: {_scalar(d.window_column)}")
     L.append(f"    type: {d.window_type.value}")
     L.append("")
     L.append("  source_of_truth:")
@@ -135,7 +138,7 @@ def render_draft(d: Draft) -> str:
     L.append("")
     L.append("  targets:")
     L.append(f"    - dataset: {_scalar(d.target)}")
-    L.append(f"      name: {d.label}")
+    L.append(f"      name: {_scalar(d.label)}")
     _keys(L, d)
     L.append("      transform:")
     for note in d.transform_notes:
@@ -204,7 +207,8 @@ def render_draft(d: Draft) -> str:
 def _keys(L: list[str], d: Draft) -> None:
     c = _comment
     c(L, 6, "Business key: the first candidate found exact in the window of the target (no\n"
-            "null, no duplicate within a partition), counted by aggregate queries:")
+            f"null, no duplicate {'across the window' if d.identity_columns else 'within a partition'}"
+            "), counted by aggregate queries:")
     for ev in d.evidence:
         c(L, 6, f"  {ev.describe()}")
     if d.untried:
@@ -235,8 +239,9 @@ def _checks(L: list[str], d: Draft) -> None:
         item: dict[str, Any] = {"type": "metric_reconciliation", "metric": f"sum_{m.column}",
                                 "aggregation": "sum"}
         if m.has_nan:
-            c(L, 6, f"{m.column} holds NaN in the window: nan: exclude sums the finite values and "
-                    "compares\nthe NaN/infinite row counts per side separately.")
+            c(L, 6, f"{m.column} holds NaN or an infinity in the window (target or source): "
+                    "nan: exclude sums\nthe finite values and compares the NaN/infinite row "
+                    "counts per side separately.")
             item["nan"] = "exclude"
         if m.source_expr is None:
             c(L, 6, f"FILL IN source_expr: the source has no column {m.column}; write the "

@@ -261,3 +261,41 @@ def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(
     assert _versions(spark, *tables) == versions
     assert (out.read_text() == "mine\n") if case == "exists" else not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name != "draft.yaml"]
+
+
+def test_a_snapshot_target_with_an_identity_column_and_a_digit_name_drafts_a_plan_that_runs(
+        spark, tmp_path):
+    """A daily snapshot (``customer_id`` once per day, so unique per partition only) whose
+    target generates ``sk`` and lives in a folder named ``2024_snap``; ``ratio`` is infinite in
+    one source row only. The draft promotes by MERGE, which matches on the key alone: the key
+    must hold across the window, so it is (customer_id, day), not customer_id (which fails
+    ``merge_target_keys`` on every run); the label is made a plain name instead of a traceback
+    (exit 3); ``ratio`` gets ``nan: exclude`` from the source's infinity."""
+    days = ["2026-05-11", "2026-05-12", "2026-05-13"]
+    rows = [(d, c, c * 1.5, c * 2) for d in days for c in range(20)]
+    src, tgt = tmp_path / "src", tmp_path / "2024_snap"
+    spark.createDataFrame(
+        [(d, c, float("inf") if (d, c) == ("2026-05-12", 3) else r, n) for d, c, r, n in rows],
+        "day string, customer_id int, ratio double, visits int",
+    ).write.format("delta").partitionBy("day").save(str(src))
+    from delta.tables import IdentityGenerator
+
+    (DeltaTable.create(spark).location(str(tgt)).partitionedBy("day")
+     .addColumn("sk", "BIGINT", generatedAlwaysAs=IdentityGenerator(1, 1))
+     .addColumn("day", "STRING").addColumn("customer_id", "INT").addColumn("ratio", "DOUBLE")
+     .addColumn("visits", "INT").execute())
+    spark.createDataFrame(rows, "day string, customer_id int, ratio double, visits int") \
+        .write.format("delta").mode("append").save(str(tgt))
+    out = tmp_path / "draft.yaml"
+    assert _init(src, tgt, "2026-05-11", "2026-05-13", out, "--owner", "data@example.com",
+                 "--reason", "recompute") == 0
+    text = out.read_text()
+    plan = load_plan(out)
+    (t,) = plan.target_specs()
+    assert t.name == "t_2024_snap" and t.promotion.value == "merge_changed"
+    assert t.business_keys == ["customer_id", "day"]
+    assert "customer_id: not a key: 20 duplicate row(s) in 40 rows" in text
+    assert "keys across the window" in text and "no duplicate across the window" in text
+    metrics = {c.metric: c for c in plan.validation.checks if c.metric}
+    assert metrics["sum_ratio"].nan.value == "exclude"
+    assert metrics["sum_visits"].nan.value != "exclude"

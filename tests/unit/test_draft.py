@@ -8,6 +8,7 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sparkguard.draft.decide import (
     Column,
@@ -24,6 +25,7 @@ from sparkguard.draft.decide import (
     window_days,
     write_new_file,
 )
+from sparkguard.draft.inputs import read_sql_file
 from sparkguard.draft.render import Draft, render_draft
 from sparkguard.errors import PlanError
 from sparkguard.guard import pre_approval_findings, to_fill
@@ -228,3 +230,17 @@ def test_the_output_file_is_never_overwritten(tmp_path: Path):
     with pytest.raises(PlanError, match="does not exist"):
         write_new_file(str(tmp_path / "nope" / "d.yaml"), "x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.yaml"]
+
+
+@pytest.mark.parametrize("odd", ["\x0b", "\x0c", "\x1c", "\x85", "\u2028"])
+def test_given_sql_with_a_character_python_splits_lines_at_is_quoted_and_refused(odd, tmp_path):
+    """str.splitlines splits at these too: written into a literal block, each came back as a
+    newline (another SQL than the file given). The draft now quotes it, and a plan refuses it
+    as text a reviewer cannot see: --transform-sql says so first, naming the option."""
+    sql = f"SELECT regexp_replace(note, '{odd}', ' ') AS note\nFROM {{source}}"
+    text = render_draft(_draft(transform_sql=sql, transform_given=True))
+    assert yaml.safe_load(text)["backfill_plan"]["targets"][0]["transform"]["sql"] == sql
+    given = tmp_path / "t.sql"
+    given.write_text(sql, encoding="utf-8")
+    with pytest.raises(PlanError, match=r"--transform-sql.*control character"):
+        read_sql_file(str(given))

@@ -514,3 +514,28 @@ def test_the_column_a_metric_expression_is() -> None:
     assert column_named(" amount ") == "amount"
     assert column_named("`c```") == "c`" and column_named("`a.b`") == "a.b"
     assert column_named("amount * 2") is None and column_named("`a` + `b`") is None
+
+
+@pytest.mark.parametrize("where", ["a-file", "under-a-file"])
+def test_an_evidence_dir_that_cannot_be_written_is_refused_before_spark_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        where: str) -> None:
+    """Found only at the Evidence stage, after the promotion, it made every attempt promote and
+    undo (exit 3); refused up front, nothing is created."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_yaml(valid_plan()), encoding="utf-8")
+    record_approval(path, "data-platform-owner", "alice@example.com")
+    record_approval(path, "downstream-owner", "bob@example.com")
+    blocker = tmp_path / "taken"
+    blocker.write_text("x")
+    target = blocker if where == "a-file" else blocker / "evidence"
+
+    def no_spark() -> None:
+        raise AssertionError("a session was started")
+
+    monkeypatch.setattr(cli_common, "session", no_spark)
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["run", "--plan", str(path), "--evidence-dir", str(target)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--evidence-dir:" in err and "a folder you can write" in err
+    assert sorted(tmp_path.rglob("*")) == before
