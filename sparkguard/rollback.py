@@ -67,6 +67,7 @@ class RollbackPoint:
     new_version: int | None = None
     verified: bool = False
     recorded_rollback_version: int | None = None  # the ledger's, when the history moved it
+    undone_by_restore: tuple[int, ...] = ()  # others' commits an earlier attempt's RESTORE undid
 
     @property
     def ref(self) -> TableRef:
@@ -77,7 +78,8 @@ class RollbackPoint:
                 "rollback_version": self.rollback_version,
                 "promoted_version": self.promoted_version, "new_version": self.new_version,
                 "verified": self.verified,
-                "undone_commits_of_others": [int(c["version"]) for c in self.later_commits],
+                "undone_commits_of_others": sorted({int(c["version"]) for c in self.later_commits}
+                                                   | set(self.undone_by_restore)),
                 **({"recorded_rollback_version": self.recorded_rollback_version}
                    if self.recorded_rollback_version is not None else {})}
 
@@ -381,6 +383,10 @@ def _rollback_locked(spark: SparkSession, held: _Held, *, force: bool,
     run_id = prog.run_id
     window = _window(events)
     points = check_rollback(spark, prog, _window_predicate(window), force)
+    for pt in points:  # an earlier attempt's RESTORE undid these: the record keeps them
+        pt.undone_by_restore = tuple(sorted({
+            int(v) for e in events if e["state"] == "rolling_back"
+            for v in ((e.get("details") or {}).get("undone_by_restore") or {}).get(pt.label, [])}))
     todo = [p for p in points if p.promoted_version is not None]
     done = [p for p in points if p.already_rolled_back is not None]
     publish, hold = PublishControl(spark, ledger.home), rollback_lock_id(run_id)
@@ -497,17 +503,19 @@ def _restore_one(spark: SparkSession, ledger: Ledger, prog: RunProgress, pt: Rol
     pt.new_version = delta_ops.find_commit(spark, pt.ref, prog.run_id, "rollback",
                                            pt.promoted_version)
     _verify(spark, pt, window, out)
-    if pt.new_version is not None and pt.new_version - 1 > seen:
-        undone = [c for c in delta_ops.foreign_commits(
-            delta_ops.commits_since(spark, pt.ref, seen), prog.run_id, data_only=True)
-            if int(c["version"]) < pt.new_version]
-        if undone:
-            listed = delta_ops.listed_commits(undone, times=True)
-            raise GateFailedError(
-                f"{pt.dataset}: {len(undone)} commit(s) by other writers landed between the "
-                f"rollback's last check (version {seen}) and its RESTORE ({listed}); the RESTORE "
-                f"to version {pt.rollback_version} undid them. Publish stays paused: re-apply "
-                f"their changes, or restore version {pt.new_version - 1} to take them back")
+    undone = delta_ops.undone_by(spark, pt.ref, prog.run_id, seen, pt.new_version)
+    if undone:
+        assert pt.new_version is not None
+        listed = delta_ops.listed_commits(undone, times=True)
+        # recorded now: a re-run finds the target rolled back and must still say what was lost
+        ledger.record_run(prog.run_id, "rolling_back", fingerprint=prog.fingerprint,
+                          actor=_actor(), undone_by_restore={
+                              pt.label: [int(c["version"]) for c in undone]})
+        raise GateFailedError(
+            f"{pt.dataset}: {len(undone)} commit(s) by other writers landed between the "
+            f"rollback's last check (version {seen}) and its RESTORE ({listed}); the RESTORE "
+            f"to version {pt.rollback_version} undid them. Publish stays paused: re-apply "
+            f"their changes, or restore version {pt.new_version - 1} to take them back")
 
 
 def _verify(spark: SparkSession, pt: RollbackPoint, window: str | None,

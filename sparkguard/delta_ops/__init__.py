@@ -30,6 +30,7 @@ from sparkguard.delta_ops.commits import (
     promoted_since,
     promotion_state,
     restored_to,
+    undone_by,
     user_metadata,
 )
 from sparkguard.delta_ops.conflicts import (
@@ -117,6 +118,7 @@ __all__ = [
     "revert_window",
     "snapshot_files",
     "table_exists",
+    "undone_by",
     "user_metadata",
     "window_changes",
     "with_conflict_retry",

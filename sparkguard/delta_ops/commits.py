@@ -15,7 +15,7 @@ from sparkguard.sql import TableRef, describe_history_statement
 
 __all__ = ["DATA_NEUTRAL_OPERATIONS", "PromotionState", "commit_metadata", "commits_since",
            "current_version", "find_commit", "foreign_commits", "history", "listed_commits",
-           "promoted_since", "promotion_state", "restored_to", "user_metadata"]
+           "promoted_since", "promotion_state", "restored_to", "undone_by", "user_metadata"]
 
 
 def history(spark: SparkSession, ref: TableRef, limit: int | None = None) -> DataFrame:
@@ -90,6 +90,16 @@ def find_commit(spark: SparkSession, ref: TableRef, run_id: str, action: str,
         if meta and meta.get("run_id") == run_id and meta.get("action") == action:
             return int(c["version"])
     return None
+
+
+def undone_by(spark: SparkSession, ref: TableRef, run_id: str, seen: int,
+              restored: int | None) -> list[dict[str, Any]]:
+    """Other writers' data commits between ``seen`` (the newest version a check read) and
+    ``restored`` (this run's RESTORE commit): that RESTORE undid them."""
+    if restored is None or restored - 1 <= seen:
+        return []
+    return [c for c in foreign_commits(commits_since(spark, ref, seen), run_id, data_only=True)
+            if int(c["version"]) < restored]
 
 
 def listed_commits(commits: Sequence[dict[str, Any]], times: bool = False) -> str:

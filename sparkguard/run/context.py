@@ -138,6 +138,10 @@ class RunState:
     resumed: RunProgress | None = None
     holds_locks: bool = False
     publish_paused: bool = False  # this run's publish hold is set
+    # resumed after an earlier attempt verified every target and cleared this run's publish
+    # hold (reopened publish, or an operator did): downstream may have read the promotions,
+    # so nothing of them is checked again or undone; only the end is recorded
+    delivered: bool = False
     lock_keys: dict[str, str] = field(default_factory=dict)  # label -> delta_ops.lock_key
     done: dict[str, set[str]] = field(default_factory=dict)  # label -> partitions reconciled
     proof_done: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> slice event

@@ -120,7 +120,8 @@ def _already_promoted(ctx: RunContext, state: RunState, st: TargetState) -> bool
         _landed(ctx, state, st, checked, found, commits, found_in_history=True)
     elif not st.verified and found - 1 != checked:  # the crash came during the gap check
         _check_gap(ctx, state, st, checked, found - 1)
-    _still_holds_promotion(ctx, state, st, commits)
+    if not state.delivered:  # after delivery, later commits are their writers' business
+        _still_holds_promotion(ctx, state, st, commits)
     if st.verified:
         ctx.say(f"{label}: promotion already verified")
     else:

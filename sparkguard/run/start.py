@@ -233,7 +233,15 @@ def _dry_run_claim(ctx: RunContext, hist: PlanHistory) -> dict[str, Any]:
 def visit_pause(stage: Pause, ctx: RunContext, state: RunState) -> None:
     targets = [st.ref.display for st in state.targets.values()]
     if state.resumed is not None and all(st.verified for st in state.targets.values()):
-        ctx.say("every target already promoted and verified; publish hold left as it is")
+        held = ctx.publish.statuses(targets)
+        if any(h["hold"] == state.run_id for s in held.values() for h in s.holds):
+            ctx.say("every target already promoted and verified; publish hold left as it is")
+            return
+        state.delivered = True
+        ctx.say("every target already promoted and verified, and this run's publish hold is "
+                "cleared (publish reopened by an earlier attempt, or by an operator): "
+                "downstream may have read the promotions, so they are neither checked again "
+                "nor undone; the run's end is recorded")
         return
     job(ctx, state, f"run {state.run_id}: pause publish")
     ctx.publish.pause(targets, run_id=state.run_id, actor=ctx.plan.owner,

@@ -27,8 +27,9 @@ class RestoreFailedError(SparkguardError):
                           for label, e in errors.items())
         super().__init__(
             f"{cause}\nTHE AUTOMATIC RESTORE FAILED for {', '.join(errors)} ({parts}); those "
-            "targets may still hold this run's promotion and publish stays paused: roll back "
-            "with `sparkguard rollback --run-id <run>` or the RESTORE statement in the evidence")
+            "targets may still hold this run's promotion, or lost other writers' commits (as "
+            "said for each) and publish stays paused: roll back with `sparkguard rollback "
+            "--run-id <run>` or the RESTORE statement in the evidence, or re-apply their commits")
 
 
 def restore_target(ctx: RunContext, state: RunState, st: TargetState, why: str) -> None:
@@ -41,9 +42,9 @@ def restore_target(ctx: RunContext, state: RunState, st: TargetState, why: str) 
     job(ctx, state, f"run {state.run_id} target {label}: restore version {version}")
     meta = delta_ops.user_metadata(state.run_id, ctx.fingerprint, "restore", target=label,
                                    reason=why)
-    after = delta_ops.foreign_commits(
-        delta_ops.commits_since(ctx.spark, st.ref, st.promoted_version), state.run_id,
-        data_only=True)
+    commits = delta_ops.commits_since(ctx.spark, st.ref, st.promoted_version)
+    seen = max((int(c["version"]) for c in commits), default=st.promoted_version)
+    after = delta_ops.foreign_commits(commits, state.run_id, data_only=True)
     if after:
         listed = delta_ops.listed_commits(after)
         promoted, now = fingerprints(target_df(ctx, st, parts, st.promoted_version),
@@ -72,9 +73,23 @@ def restore_target(ctx: RunContext, state: RunState, st: TargetState, why: str) 
     want, got = fingerprints(target_df(ctx, st, parts, version), target_df(ctx, st, parts))
     st.restored, st.verified = True, False
     new_version = delta_ops.current_version(ctx.spark, st.ref)
+    # commits that landed between the history read and the RESTORE: the RESTORE undid them
+    undone = [] if after else delta_ops.undone_by(
+        ctx.spark, st.ref, state.run_id, seen,
+        delta_ops.find_commit(ctx.spark, st.ref, state.run_id, "restore", seen))
     record(ctx, state, "restored", st, version_read=version, version_written=new_version,
-           reason=why, verified=want == got, method="revert_window" if after else "restore")
+           reason=why, verified=want == got and not undone,
+           method="revert_window" if after else "restore",
+           undone_commits_of_others=[{k: str(v) for k, v in c.items()} for c in undone[:50]]
+           or None)
     notify(ctx, state, "restored", target=st.ref.display, version=version, reason=why)
+    if undone:
+        raise SparkguardError(
+            f"{label}: {len(undone)} commit(s) by other writers landed between the check of "
+            f"the history (version {seen}) and the RESTORE to version {version} "
+            f"({delta_ops.listed_commits(undone, times=True)}); the RESTORE undid them. This "
+            "run's promotion is undone; re-apply their changes, or restore the version just "
+            "before the RESTORE commit to take them back (and the promotion with them)")
     if want != got:
         raise SparkguardError(f"{label}: the window after restoring version {version} differs "
                               f"from that version ({got} vs {want}); inspect the table history")
@@ -106,6 +121,11 @@ def restore_promoted(ctx: RunContext, state: RunState, cause: BaseException) -> 
     why = str(cause)[:2000] if isinstance(cause, SparkguardError) else \
         f"runtime failure: {type(cause).__name__}: {str(cause)[:2000]}"
     restored: list[str] = []
+    if state.delivered:  # downstream may have read them: undoing now would be the harm
+        ctx.say("every target was promoted, verified and delivered (publish reopened) by an "
+                "earlier attempt: nothing is restored; roll back with `sparkguard rollback "
+                f"--run-id {state.run_id}` if the backfill must be undone")
+        return restored
     errors: dict[str, BaseException] = {}
     for st in state.targets.values():
         if st.rollback_version is not None and st.promoted_version is None:

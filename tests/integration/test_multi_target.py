@@ -19,7 +19,7 @@ from sparkguard.ledger import Ledger, run_progress
 from sparkguard.plan import load_plan
 from sparkguard.publish import is_paused
 from sparkguard.run.evaluator import run_backfill
-from tests.failpoints import on_failpoint
+from tests.failpoints import fails_once_at, on_failpoint
 from tests.lakes import WINDOW, copy_lake, write_plan
 
 pytestmark = pytest.mark.spark
@@ -149,3 +149,33 @@ def test_a_lock_taken_over_after_the_first_promotion_stops_the_second(
         "orders_clean"]
     assert events[-1]["state"] == "verified"
     assert is_paused(home, str(b))
+
+
+def test_a_rerun_after_publish_reopened_never_undoes_a_target_another_writer_changed_since(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """Both targets promoted and verified, the evidence written, publish reopened; recording
+    the end fails. Downstream reads both; then an incremental job updates promoted rows of the
+    first. The re-run used to see that change as another writer undoing the promotion and
+    RESTORE the second target, with publish open: downstream saw the first backfilled and the
+    second reverted. Now it records the run as done and touches neither."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _two_targets)
+    home = str(root / "_sg")
+    a, b = root / "target" / "orders_clean", root / "target" / "orders_enriched"
+    fails_once_at(monkeypatch, faults, "mid_publish_resume", "ledger storage hiccup")
+    with pytest.raises(RuntimeError, match="ledger storage hiccup"):
+        run_backfill(spark, load_plan(plan), str(plan), home=home,
+                     evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    assert not is_paused(spark, str(a), home) and not is_paused(spark, str(b), home)
+    spark.sql(f"UPDATE delta.`{a}` SET amount = amount + 1 "
+              f"WHERE order_date = DATE'{WINDOW[1]}' AND order_id % 7 = 0")
+    theirs_a, promoted_b = _read(spark, a).collect(), _read(spark, b).collect()
+    va, vb = _history(spark, a)[-1]["version"], _history(spark, b)[-1]["version"]
+    out = run_backfill(spark, load_plan(plan), str(plan), home=home,
+                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    assert out.exit_code == 0, out.message
+    assert _history(spark, a)[-1]["version"] == va and _history(spark, b)[-1]["version"] == vb
+    assert _read(spark, a).collect() == theirs_a and _read(spark, b).collect() == promoted_b
+    prog = run_progress(Ledger(spark, home).run_events(out.run_id))
+    assert prog.state == "done" and not any(t.restored for t in prog.targets.values())
+    assert not is_paused(spark, str(a), home) and not is_paused(spark, str(b), home)

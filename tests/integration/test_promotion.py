@@ -410,3 +410,39 @@ def test_a_resumed_run_does_not_end_done_over_a_promotion_another_writer_undid(
         assert is_paused(spark, str(target), home)
     assert _versions(spark, target)[-1]["version"] == v1  # nothing written to the target
     assert _read(spark, target).collect() == after_theirs
+
+
+def test_an_append_landing_between_the_history_read_and_the_runs_restore_is_reported(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """The run fails after its promotion and restores the target: it reads the history (no
+    other writer), then RESTOREs. A streaming job appends outside the window in between: the
+    RESTORE drops it, and its writer, seeing its transaction recorded, never writes it again.
+    That used to pass as a clean, verified restore; now the restored event lists the commit
+    undone, is not verified, and the run's failure names it."""
+    from sparkguard.run.undo import RestoreFailedError
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    v0 = _versions(spark, target)[-1]["version"]
+    real_restore = delta_ops.restore
+
+    def appended_first(*args: Any, **kw: Any) -> None:
+        _rows_on(spark, root, OUTSIDE, 10 ** 8).write.format("delta").mode("append").save(
+            str(target))
+        real_restore(*args, **kw)
+
+    monkeypatch.setattr(delta_ops, "restore", appended_first)
+    fails_once_at(monkeypatch, faults, "after_promote_ledger", "disk hiccup")
+    with pytest.raises(RestoreFailedError) as err:
+        _run(spark, plan)
+    ops = [h["operation"] for h in _versions(spark, target) if h["version"] > v0]
+    assert ops == ["WRITE", "WRITE", "RESTORE"]  # promotion, theirs, the run's RESTORE
+    theirs = v0 + 2
+    assert f"v{theirs} WRITE" in str(err.value) and "the RESTORE undid them" in str(err.value)
+    (run,) = Ledger(spark, home).latest_runs()
+    restored = [e["details"] for e in Ledger(spark, home).run_events(run.run_id)
+                if e["state"] == "restored"]
+    assert len(restored) == 1 and restored[0]["verified"] is False
+    assert [c["version"] for c in restored[0]["undone_commits_of_others"]] == [str(theirs)]
+    assert is_paused(spark, str(target), home)

@@ -270,6 +270,15 @@ def test_a_commit_landing_between_the_check_and_restore_refuses_the_restore(
     assert (appended["operation"], restored["operation"]) == ("WRITE", "RESTORE")
     assert f"v{appended['version']} WRITE" in err and "undid them" in err
     assert is_paused(str(root / "_sg"), str(target))
+    # the operator re-runs it: the target is rolled back, publish reopens, and the record (the
+    # ledger's rolled_back event, the evidence) still names the commit the RESTORE undid
+    monkeypatch.setattr(delta_ops, "restore", real_restore)
+    assert _rollback(root, run_id, "--force") == 0
+    events = Ledger(spark, str(root / "_sg")).run_events(run_id)
+    (last,) = [e for e in events if e["state"] == "rolled_back"]
+    (point,) = last["details"]["rolled_back"]
+    assert appended["version"] in point["undone_commits_of_others"]
+    assert not is_paused(str(root / "_sg"), str(target))
 
 
 def _append_outside_window(spark: Any, target: Path) -> int:
