@@ -13,6 +13,7 @@ from sparkguard.sql import quote_column
 
 __all__ = [
     "EXACT_JSON",
+    "as_nullable",
     "collated",
     "exact_json",
     "field_names",
@@ -87,6 +88,20 @@ def map_leaves(dtype: T.DataType, leaf: Callable[[T.DataType], T.DataType]) -> T
         return T.StructType([T.StructField(f.name, map_leaves(f.dataType, leaf), f.nullable,
                                            f.metadata) for f in dtype.fields])
     return leaf(dtype)
+
+
+def as_nullable(dtype: T.DataType) -> T.DataType:
+    """``dtype`` with every nested field, array element and map value nullable and no field
+    metadata: what the values are, not the constraints on them (a Delta write makes a shadow's
+    whole schema nullable, so a target's ``STRUCT<city: STRING NOT NULL>`` is the same type)."""
+    if isinstance(dtype, T.ArrayType):
+        return T.ArrayType(as_nullable(dtype.elementType), True)
+    if isinstance(dtype, T.MapType):
+        return T.MapType(as_nullable(dtype.keyType), as_nullable(dtype.valueType), True)
+    if isinstance(dtype, T.StructType):
+        return T.StructType([T.StructField(f.name, as_nullable(f.dataType), True)
+                             for f in dtype.fields])
+    return dtype
 
 
 def field_names(dtype: T.DataType) -> Iterator[str]:

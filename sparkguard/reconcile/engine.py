@@ -155,9 +155,11 @@ def _result(spec: ReconcileSpec, lay: _Layout, l2_rows: list[dict[str, Any]],
 def _key_spread(lay: _Layout, shadow: DataFrame, target: DataFrame) -> tuple[int, int]:
     """Keys of the shadow that the target holds in another partition of the window than the
     shadow does (moved: counted once inserted, once deleted per partition; a MERGE, matching on
-    the keys alone, updates them), and keys of the shadow that the target holds in two or more
-    partitions of the window (a MERGE would update every copy into duplicates). One join of
-    the two sides' keys, only when the preview deletes something."""
+    the keys alone, updates them), and keys of the shadow that the target holds more than once
+    outside the shadow's own partition: in two or more partitions of the window, or twice in
+    one other partition (a MERGE would update every copy into duplicates; twice in the shadow's
+    own partition is the per-partition count). One join of the shadow's keys to the target's
+    keys counted per partition, only when the preview deletes something."""
     def keyed(df: DataFrame, side: str) -> DataFrame:  # names apart: shadow and target may
         # share a lineage (a self-join)
         return df.select(*[column(k).alias(f"__sg_{side}{i}") for i, k in enumerate(lay.keys)],
@@ -165,12 +167,17 @@ def _key_spread(lay: _Layout, shadow: DataFrame, target: DataFrame) -> tuple[int
 
     n = range(len(lay.keys))
     on = [F.col(f"__sg_s{i}").eqNullSafe(F.col(f"__sg_t{i}")) for i in n]
-    per_key = (keyed(shadow, "s").join(keyed(target, "t"), on)
+    held = keyed(target, "t").groupBy(*[f"__sg_t{i}" for i in n], "__sg_tp").agg(
+        F.count(F.lit(1)).alias("__sg_tn"))
+    elsewhere = ~F.col("__sg_sp").eqNullSafe(F.col("__sg_tp"))
+    per_key = (keyed(shadow, "s").join(held, on)
                .groupBy(*[f"__sg_s{i}" for i in n])
-               .agg(F.max((~F.col("__sg_sp").eqNullSafe(F.col("__sg_tp"))).cast("int")).alias("m"),
-                    F.count_distinct(F.struct("__sg_tp")).alias("p")))  # a null partition counts
+               .agg(F.max(elsewhere.cast("int")).alias("m"),
+                    F.count_distinct(F.struct("__sg_tp")).alias("p"),  # a null partition counts
+                    F.max((elsewhere & (F.col("__sg_tn") > 1)).cast("int")).alias("e")))
     row = per_key.agg(F.sum("m").alias("moved"),
-                      F.sum((F.col("p") > 1).cast("int")).alias("spread")).first()
+                      F.sum(((F.col("p") > 1) | (F.col("e") == 1)).cast("int")).alias("spread")
+                      ).first()
     return (int(row["moved"] or 0), int(row["spread"] or 0)) if row is not None else (0, 0)
 
 

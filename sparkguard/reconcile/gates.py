@@ -212,7 +212,8 @@ def _merge_target_keys_gate(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any
     n = within + spread
     keys = ", ".join(spec.business_keys)
     where = " and ".join(
-        [f"{within} in one partition"] * bool(within) + [f"{spread} in two or more"] * bool(spread))
+        [f"{within} in the shadow's partition"] * bool(within)
+        + [f"{spread} in two or more partitions, or twice in another"] * bool(spread))
     return GateResult(
         gate="merge_target_keys", check_type="duplicate_check", passed=n == 0,
         measured={"duplicate_keys": n, "in_one_partition": within, "across_partitions": spread},

@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 from sparkguard.plan.model import Aggregation, NanRule
 from sparkguard.reconcile.spec import ReconcileSpec
 from sparkguard.reconcile.verdicts import NONFINITE_KINDS
+from sparkguard.spark_types import as_nullable
 from sparkguard.sql import column_named
 
 __all__ = ["NONFINITE_KINDS", "SHADOW", "SOURCE", "TARGET"]
@@ -105,11 +106,13 @@ def _layout(spec: ReconcileSpec, shadow: DataFrame, target: DataFrame | None,
     floats: list[str] = []
     not_compared: list[str] = []
     if target is not None:
-        ttypes = {f.name: f.dataType for f in target.schema.fields}
+        # compared as values: nested nullability and field metadata differ between a target
+        # and its Delta-written shadow without the values differing
+        ttypes = {f.name: as_nullable(f.dataType) for f in target.schema.fields}
         for f in shadow.schema.fields:
             if f.name in (p, *keys):
                 continue
-            if ttypes.get(f.name) != f.dataType:
+            if ttypes.get(f.name) != as_nullable(f.dataType):
                 not_compared.append(f.name)
             elif isinstance(f.dataType, _FLOATS):
                 floats.append(f.name)

@@ -126,7 +126,7 @@ def test_a_key_the_target_holds_in_two_partitions_fails_its_gate_before_any_comm
     gate = _merge_keys_gate_failed(spark, root, plan, appended)
     assert gate["measured"] == {
         "duplicate_keys": 1, "in_one_partition": 0, "across_partitions": 1}, gate
-    assert "1 in two or more" in gate["reason"]
+    assert "1 in two or more partitions" in gate["reason"]
 
 
 def _merge_keys_gate_failed(spark: Any, root: Path, plan: Path, version: int) -> dict[str, Any]:

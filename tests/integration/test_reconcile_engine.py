@@ -224,12 +224,17 @@ def check(result: ReconcileResult, spec: ReconcileSpec, ref: Ref, shadow: list[d
     target_parts: dict[Any, set[Any]] = {}
     for p, k in ref.groups["target"]:
         target_parts.setdefault(k, set()).add(p)
-    shadow_keys = {k for _p, k in ref.groups["shadow"]}
-    # keys of the shadow the target holds in two partitions; looked for when the preview
-    # deletes something (else such a key is in two partitions of the shadow too, which the
-    # shadow's own duplicate check fails)
-    spread = sum(1 for k, parts in target_parts.items()
-                 if len(parts) > 1 and k in shadow_keys) if totals["delete"] else 0
+    shadow_parts: dict[Any, set[Any]] = {}
+    for p, k in ref.groups["shadow"]:
+        shadow_parts.setdefault(k, set()).add(p)
+    # keys of the shadow the target holds in two partitions, or twice in a partition other
+    # than one the shadow holds the key in; looked for when the preview deletes something
+    # (else such a key is in two partitions of the shadow too, which the shadow's own
+    # duplicate check fails)
+    spread = sum(1 for k, parts in target_parts.items() if k in shadow_parts and (
+        len(parts) > 1 or any(len(ref.groups["target"][(tp, k)]) > 1
+                              for sp in shadow_parts[k] for tp in parts if tp != sp))
+    ) if totals["delete"] else 0
     if spec.merge_keys:  # a key of the shadow the target's window holds twice
         gate = window_gates["merge_target_keys"]
         assert gate.measured == {"duplicate_keys": matched_twice + spread,
@@ -848,3 +853,51 @@ def test_a_variant_null_is_not_a_sql_null_wherever_it_is(spark: Any) -> None:
     ab, ba = "parse_json('{\"a\": 1, \"b\": 2}')", "parse_json('{\"b\": 2, \"a\": 1}')"
     assert table_fingerprint(rows([{**target[0], "arr": ab, "top": one}])) \
         == table_fingerprint(rows([{**target[0], "arr": ba, "top": one}]))  # keys sorted
+
+
+def test_a_nested_not_null_field_in_the_target_is_still_compared(spark: Any) -> None:
+    """The target declares ``addr.city`` NOT NULL (and tags ``tags``' elements non-null); its
+    Delta-written shadow has the whole schema nullable. The column used to be left out of the
+    comparison for that alone: a key whose only change was in ``addr`` counted as unchanged,
+    and a MERGE keep promotion failed its verification on every run."""
+    from pyspark.sql import types as T
+
+    def schema(strict: bool) -> T.StructType:
+        return T.StructType([
+            T.StructField("p", T.DateType()), T.StructField("k", T.IntegerType()),
+            T.StructField("addr", T.StructType([
+                T.StructField("city", T.StringType(), not strict),
+                T.StructField("zip", T.StringType())])),
+            T.StructField("tags", T.ArrayType(T.StringType(), not strict))])
+
+    day = DAYS[0]
+    before = [(day, 1, ("Oslo", "0150"), ["a"]), (day, 2, ("Bergen", "5003"), ["b"])]
+    after = [(day, 1, ("Oslo", "0150"), ["a"]), (day, 2, ("Bergen", "5004"), ["b"])]
+    target = spark.createDataFrame(before, schema(strict=True))
+    shadow = spark.createDataFrame(after, schema(strict=False))
+    assert target.schema != shadow.schema  # the nullability differs, not the values' types
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",))
+    res = reconcile(spec, shadow=shadow, target=target, partitions=[day])
+    assert res.preview is not None and res.preview.not_compared == ()
+    assert (res.preview.changed, res.preview.unchanged) == (1, 1)
+    assert res.preview.changed_by_column == {"addr": 1, "tags": 0}
+
+
+def test_a_key_the_target_holds_twice_in_another_partition_fails_merge_target_keys(
+        spark: Any) -> None:
+    """The target holds key 7 twice on day 0 (an earlier double append); the shadow holds it
+    once on day 1. A MERGE would update both rows into duplicates on day 1: the gate used to
+    pass (and say every key matches at most one row), leaving it to the check after the
+    commit."""
+    def rows(*keys: tuple[Any, int]) -> Any:
+        return spark.createDataFrame([(d, k, 1, None, None, "a", None) for d, k in keys], SCHEMA)
+
+    target = rows((DAYS[0], 7), (DAYS[0], 7), (DAYS[0], 1), (DAYS[1], 2))
+    shadow = rows((DAYS[0], 1), (DAYS[1], 2), (DAYS[1], 7))
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), merge_keys=True)
+    res = reconcile(spec, shadow=shadow, target=target, partitions=list(DAYS[:2]))
+    gate = {g.gate: g for g in res.gates if g.partition is None}["merge_target_keys"]
+    assert not gate.passed
+    assert gate.measured == {"duplicate_keys": 1, "in_one_partition": 0, "across_partitions": 1}

@@ -600,3 +600,30 @@ def test_markdown_evidence_shows_kind_counts_and_overflows() -> None:
     _, gates = build_gates(spec(row_count=None, duplicate_check=None, metrics=(wide,)), rows, True)
     assert _measured(gates[0].to_dict()["measured"]) == \
         "1 (decimal sum overflowed, groups: source 2, shadow 0)"
+
+
+@pytest.mark.parametrize("promotion", ["merge", "merge_changed"])
+@pytest.mark.parametrize("checks", ["key-with-partition-column", "no-duplicate-check"])
+def test_a_merge_checks_its_business_keys_across_the_window_whatever_the_checks_say(
+        promotion: str, checks: str) -> None:
+    """key_columns [order_id, order_date] (the seed template's shape) or no duplicate_check at
+    all: the MERGE still matches on order_id alone, so a key in two partitions of the shadow
+    must fail a gate before the commit (it failed the MERGE with exit 3 on every re-run, or
+    under merge_changed moved the target's row and lost the shadow's other one)."""
+    data = valid_plan()
+    bp = data["backfill_plan"]
+    bp["targets"][0]["promotion"] = promotion
+    dups = [c for c in bp["validation"]["checks"] if c["type"] == "duplicate_check"]
+    if checks == "no-duplicate-check":
+        bp["validation"]["checks"] = [c for c in bp["validation"]["checks"] if c not in dups]
+    else:
+        for c in dups:
+            c["key_columns"] = [*bp["targets"][0]["business_keys"], bp["partitioning"]["column"]]
+    plan = load_plan_text(plan_yaml(data))
+    s = spec_for_target(plan, plan.targets[0])
+    keys = tuple(plan.targets[0].business_keys)
+    assert keys in s.extra_duplicate_keys
+    assert s.extra_duplicate_threshold(keys) == ThresholdSpec(absolute=0.0)
+    _, gates = build_gates(s, [row("d1", 100, 100), row("d2", 100, 100)], True,
+                           extra_duplicates={keys: 1})
+    assert not {g.gate: g for g in gates}[f"duplicate_check[{','.join(keys)}]"].passed
