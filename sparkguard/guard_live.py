@@ -9,6 +9,7 @@ inside the window (the blast radius). Nothing is written and nothing unbounded i
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import importlib
 import re
@@ -71,6 +72,8 @@ LIVE_RULES: dict[str, tuple[Severity, str]] = {
     "transform_invalid": (Severity.BLOCK, "the transform does not analyse against the source"),
     "metric_expr_invalid": (Severity.BLOCK, "a metric expression does not resolve on its side, "
                             "or is not a per-row value its aggregation takes"),
+    "metric_percent_of_instant": (Severity.BLOCK, "a percent threshold on a date or timestamp "
+                                  "metric: measured from 1970, 0.01 % lets two days pass"),
     "retention_too_short": (Severity.BLOCK, "log or deleted-file retention shorter than "
                             "safeguards.rollback_horizon_days"),
     "retention_unreadable": (Severity.WARN, "a retention property cannot be parsed"),
@@ -161,6 +164,7 @@ class _Live:
             self.pred = window_predicate(self.p, self.ptype, self.parts)
             self.key = F.col(self.p)
         self.out: list[Finding] = []
+        self.instant_seen: set[str] = set()  # checks told metric_percent_of_instant
         self.rows: dict[str, int] = {}  # source rows per window partition
         self.locations: dict[str, str] = {}  # target location -> path of its first target
         self.source_location: str | None = None
@@ -452,6 +456,7 @@ class _Live:
             agg = check.aggregation
             try:  # the gate aggregates the value of each row itself: one analysis when valid
                 _analyse(df.agg(_AGGREGATE[agg](F.expr(expr))))
+                self._instant_percent(df, expr, check, f"{where}[{i}]")
                 continue
             except Exception as exc:
                 not_aggregable = exc
@@ -468,6 +473,28 @@ class _Live:
                      "write a deterministic expression of one row's columns, without "
                      f"aggregate or window functions (the gate applies {agg.value} itself: "
                      f"'amount', not 'sum(amount)'), of a type {agg.value} takes")
+
+    def _instant_percent(self, df: DataFrame, expr: str, check: Check, path: str) -> None:
+        """A date or timestamp metric (min, max, avg, sum) compares in days or seconds since
+        1970: a percent of that is no tolerance anyone means (0.01 % of the days since 1970 is
+        about two days). Said once per check, whichever side resolves it first."""
+        pct = check.threshold_percent
+        if not pct or check.aggregation in (Aggregation.COUNT, Aggregation.COUNT_DISTINCT) \
+                or path in self.instant_seen:
+            return
+        dtype = _analyse(df.select(F.expr(expr))).fields[0].dataType
+        unit = ("days" if isinstance(dtype, T.DateType) else "seconds" if isinstance(
+            dtype, (T.TimestampType, T.TimestampNTZType)) else None)
+        if unit is None:
+            return
+        self.instant_seen.add(path)
+        days = (dt.date.today() - dt.date(1970, 1, 1)).days * pct / 100
+        self.add("metric_percent_of_instant", f"{path}.threshold_percent",
+                 f"metric {check.metric or '(unnamed)'} compares {check.aggregation.value} of a "
+                 f"{'date' if unit == 'days' else 'timestamp'} in {unit} since 1970-01-01, so "
+                 f"threshold_percent {pct:g} lets it move by about {days:.2g} days",
+                 f"write threshold_absolute in {unit} (0 for exact) and drop threshold_percent, "
+                 "or set threshold_percent: 0")
 
     def _transform(self, path: str, tr: Transform, src: DataFrame) -> None:
         """A transform (or a target's reference query) imports or analyses on the source."""

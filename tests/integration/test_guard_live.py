@@ -293,10 +293,37 @@ def test_metric_expression_that_is_not_a_per_row_value_of_its_aggregation(
     ("sum", "cast(order_date AS timestamp)"),
 ])
 def test_per_row_metric_expressions_of_every_aggregation_pass(spark, base, aggregation, expr):
+    def mutate(p):  # exact: a percent of a date is refused (the next test)
+        p["validation"]["checks"][2].update(aggregation=aggregation, source_expr=expr,
+                                            shadow_expr=expr, threshold_percent=0.0)
+    assert not _blocks(spark, base, mutate)
+
+
+@pytest.mark.parametrize(("aggregation", "expr", "refused"), [
+    ("max", "order_date", True), ("min", "cast(order_date AS timestamp)", True),
+    ("max", "cast(order_date AS timestamp_ntz)", True), ("max", "amount", False),
+    ("count_distinct", "order_date", False),
+])
+def test_a_percent_threshold_on_a_date_or_timestamp_metric_is_refused(
+        spark, base, aggregation, expr, refused):
+    """max(order_date) compares in days since 1970: threshold_percent 0.01 let a shadow whose
+    newest date was two days off pass. Refused, once per check; exact or absolute pass."""
     def mutate(p):
         p["validation"]["checks"][2].update(aggregation=aggregation, source_expr=expr,
-                                            shadow_expr=expr)
-    assert not _blocks(spark, base, mutate)
+                                            shadow_expr=expr, threshold_percent=0.01)
+    found = [f for f in live_findings(spark, _plan(base, mutate)) if f.severity is Severity.BLOCK]
+    if not refused:
+        assert not found
+        return
+    assert [(f.code, f.path) for f in found] == [
+        ("metric_percent_of_instant", "backfill_plan.validation.checks[2].threshold_percent")]
+    assert "move by about 2" in found[0].message and "threshold_absolute" in found[0].fix
+
+    def absolute(p):
+        mutate(p)
+        p["validation"]["checks"][2].pop("threshold_percent")
+        p["validation"]["checks"][2]["threshold_absolute"] = 0
+    assert not _blocks(spark, base, absolute)
 
 
 def test_a_targets_own_checks_are_checked_against_both_sides(spark, base):
@@ -521,7 +548,7 @@ def test_live_rules_have_tests():
               "partition_type_mismatch", "column_missing", "target_not_partitioned",
               "targets_same_table", "source_is_target_table", "target_reserved_column",
               "window_not_in_source", "transform_invalid", "metric_expr_invalid",
-              "retention_too_short", "blast_radius", "retention_unreadable",
+              "metric_percent_of_instant", "retention_too_short", "blast_radius", "retention_unreadable",
               "target_append_only", "target_not_writable", "table_unreadable",
               "variant_deletion_vectors",
               "identity_replace_where", "identity_column_named",  # test_identity_columns.py
