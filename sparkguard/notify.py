@@ -21,7 +21,9 @@ log = logging.getLogger("sparkguard.notify")
 EVENTS: dict[str, str] = {
     "publish_paused": "a backfill paused publish of its targets; hold downstream publishing",
     "gate_failed": "a gate or verification failed; targets unchanged or restored; still paused",
-    "promoted": "one target was promoted (version and rollback point in the payload)",
+    "promoted": "one target's promotion commit landed (version and rollback point in the "
+                "payload), not yet verified: a failure after it restores it (restored follows); "
+                "re-read on publish_resumed",
     "restored": "a target promoted by this run was restored to its rollback point",
     "dry_run_passed": "a dry run passed every gate; nothing changed",
     "publish_resumed": "the backfill finished and released its publish hold",
