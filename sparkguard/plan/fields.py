@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from sparkguard.sql import TableRef, has_control, quote_identifier
+from sparkguard.sql import TableRef, UnsafeSQLError, has_control, quote_identifier
 
 __all__ = [
     "ADDED_LATER",
@@ -87,10 +87,14 @@ def _dataset(value: str) -> str:
 
 
 def _path(value: str) -> str:
-    ref = TableRef.parse(value)
-    if ref.path is None:
-        raise PlanValueError(f"{value!r} is a table name, not a path",
-                             "give an absolute path or a URI (s3://, abfss://, dbfs:/ ...)")
+    fix = "give an absolute path or a URI (s3://, abfss://, dbfs:/ ...)"
+    if not value.startswith(("/", "./", "../", "dbfs:")) and "://" not in value:
+        try:  # not parsed as a table name: it would be told to use letters and digits
+            TableRef.parse(value)
+        except UnsafeSQLError:
+            raise PlanValueError(f"{value!r} is not a path or a URI", fix) from None
+        raise PlanValueError(f"{value!r} is a table name, not a path", fix)
+    TableRef.parse(value)
     return value
 
 

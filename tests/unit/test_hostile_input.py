@@ -539,3 +539,17 @@ def test_an_evidence_dir_that_cannot_be_written_is_refused_before_spark_starts(
     err = capsys.readouterr().err
     assert "--evidence-dir:" in err and "a folder you can write" in err
     assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("value", ["relative/dir", "sales.orders"])
+def test_a_shadow_location_that_is_not_a_path_is_told_to_give_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str) -> None:
+    """It was parsed as a table name and told to use letters, digits and '_'."""
+    data = valid_plan()
+    data["backfill_plan"]["execution"]["shadow_location"] = value
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_yaml(data), encoding="utf-8")
+    assert main(["guard", "--static-only", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "backfill_plan.execution.shadow_location" in err
+    assert "give an absolute path or a URI" in err and "letters, digits" not in err
