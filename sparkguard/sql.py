@@ -62,6 +62,10 @@ _EXPR_SUBQUERY = re.compile(r"(?i)\bselect\b")
 # Tokens of a SQL text: quoted strings and identifiers, comments, words, one other character.
 _SQL_TOKEN = re.compile(r"""'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|`(?:[^`]|``)*`?|--[^\n]*"""
                         r"|/\*.*?(?:\*/|\Z)|[A-Za-z_][A-Za-z0-9_]*|\S", re.S)
+# The same with a backslash taken as itself inside a string, as Spark reads strings with
+# spark.sql.parser.escapedStringLiterals=true: '\' || (TABLE t) || '\' is a subquery there.
+_SQL_TOKEN_RAW = re.compile(r"""'[^']*'?|"[^"]*"?|`(?:[^`]|``)*`?|--[^\n]*"""
+                            r"|/\*.*?(?:\*/|\Z)|[A-Za-z_][A-Za-z0-9_]*|\S", re.S)
 _QUERY_START = {"SELECT", "FROM", "VALUES", "TABLE", "("}
 _QUERY_HEADS = [["SELECT"], ["WITH"], ["FROM"], ["VALUES"], ["TABLE"], ["("]]
 _DML = {"INSERT", "DELETE", "UPDATE", "MERGE"}
@@ -439,9 +443,10 @@ def check_expression(expr: str) -> str:
             f"expression {expr!r} has an unterminated backquote; write a column name with "
             "spaces or dots as `name`, a backquote inside it doubled"
         )
-    words = [t.upper() for t in toks]
-    if _EXPR_SUBQUERY.search(expr) or any(
-            a == "(" and b in _QUERY_HEADS_BARE for a, b in itertools.pairwise(words)):
+    if _EXPR_SUBQUERY.search(expr) or any(  # whichever way the session reads backslashes
+            a == "(" and b in _QUERY_HEADS_BARE
+            for tokens in (toks, _SQL_TOKEN_RAW.findall(expr))
+            for a, b in itertools.pairwise(t.upper() for t in tokens)):
         raise UnsafeSQLError(
             f"expression {expr!r} contains a subquery (SELECT, TABLE, VALUES); "
             "write one expression over the columns of the row"

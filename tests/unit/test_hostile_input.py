@@ -494,6 +494,10 @@ def test_approve_by_refuses_a_bidi_override(tmp_path: Path,
     ("amount IN (VALUES 1, 2)", "subquery"),
     ("EXISTS ( table t)", "subquery"),
     ("`table` + `values`", None),  # names, not query heads
+    # with spark.sql.parser.escapedStringLiterals=true a backslash ends no string: '\' is one,
+    # and the TABLE between the two is a subquery
+    ("'\\' || (TABLE secrets.cards) || '\\'", "subquery"),
+    ("concat('\\'', (status))", None),
 ])
 def test_metric_expressions_take_backquoted_names(expr: str, refused: str | None) -> None:
     """A column with a space, a dot or a backquote in its name can be named in a metric; an
