@@ -169,15 +169,18 @@ def _key_spread(lay: _Layout, shadow: DataFrame, target: DataFrame) -> tuple[int
     on = [F.col(f"__sg_s{i}").eqNullSafe(F.col(f"__sg_t{i}")) for i in n]
     held = keyed(target, "t").groupBy(*[f"__sg_t{i}" for i in n], "__sg_tp").agg(
         F.count(F.lit(1)).alias("__sg_tn"))
-    elsewhere = ~F.col("__sg_sp").eqNullSafe(F.col("__sg_tp"))
+    same = F.col("__sg_sp").eqNullSafe(F.col("__sg_tp"))
+    twice = F.col("__sg_tn") > 1
+    tp = F.struct("__sg_tp")  # a null partition counts
     per_key = (keyed(shadow, "s").join(held, on)
                .groupBy(*[f"__sg_s{i}" for i in n])
-               .agg(F.max(elsewhere.cast("int")).alias("m"),
-                    F.count_distinct(F.struct("__sg_tp")).alias("p"),  # a null partition counts
-                    F.max((elsewhere & (F.col("__sg_tn") > 1)).cast("int")).alias("e")))
-    row = per_key.agg(F.sum("m").alias("moved"),
-                      F.sum(((F.col("p") > 1) | (F.col("e") == 1)).cast("int")).alias("spread")
-                      ).first()
+               .agg(F.max((~same).cast("int")).alias("m"), F.count_distinct(tp).alias("p"),
+                    # partitions holding the key twice, and those of them the shadow holds it
+                    # in: more of the first, and one is outside every shadow partition of it
+                    F.count_distinct(F.when(twice, tp)).alias("d"),
+                    F.count_distinct(F.when(twice & same, tp)).alias("ds")))
+    row = per_key.agg(F.sum("m").alias("moved"), F.sum(
+        ((F.col("p") > 1) | (F.col("d") > F.col("ds"))).cast("int")).alias("spread")).first()
     return (int(row["moved"] or 0), int(row["spread"] or 0)) if row is not None else (0, 0)
 
 

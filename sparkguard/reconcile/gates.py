@@ -120,7 +120,8 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
     """Gates from per-partition rows; with ``has_target``, also the drift gates (current
     target against the shadow) of the metrics that ask for one. ``unknown_not_null``: not-null
     names the shadow has no column for (each with its near match in another case); each fails.
-    ``target_keys_spread``: keys of the shadow the target's window holds in two partitions.
+    ``target_keys_spread``: keys of the shadow the target's window holds in two partitions, or
+    twice in a partition the shadow does not hold the key in.
 
     Each row: ``partition`` (str), ``rows_<side>``, ``dup_shadow``, ``dup_source``,
     ``null_<col>``, and for each metric ``m<i>_<side>`` a dict of partials.
@@ -205,7 +206,8 @@ def build_gates(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]], has_sour
 def _merge_target_keys_gate(spec: ReconcileSpec, rows: Sequence[Mapping[str, Any]],
                             spread: int) -> GateResult:
     """A MERGE matches on the business keys: a key of the shadow that the target's window holds
-    more than once (in one partition, or in ``spread`` keys' case in two or more) would update
+    more than once (in the shadow's partition, or in ``spread`` keys' case in two or more
+    partitions or twice in another) would update
     every copy, so the target would keep or gain duplicates. Always exact; ``replace_where``
     replaces the window and has no such gate."""
     within = sum(int(r.get("dup_target") or 0) for r in rows)

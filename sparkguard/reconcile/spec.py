@@ -143,13 +143,14 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
             metrics.append(MetricSpec(name, check.aggregation, src, shd, thr, check.per_partition,
                                       check.nan, drift))
     keys = tuple(target.business_keys)
-    if target.promotion is not Promotion.REPLACE_WHERE and keys and keys not in extra_dups:
+    if target.promotion is not Promotion.REPLACE_WHERE and keys and pcol not in keys \
+            and not any(set(cols) == set(keys) for cols in extra_dups):
         # a MERGE matches on the business keys alone: a key in two partitions of the shadow
         # fails it at the commit, whatever key_columns the checks name (the partition column
-        # too, say) and with no duplicate_check at all
-        extra_dups.append(keys)
-        extra_thresholds.append(ThresholdSpec(absolute=0.0))
+        # too, say: its threshold is kept) and with no duplicate_check at all (exact then)
         dup = dup or ThresholdSpec(absolute=0.0)
+        extra_dups.append(keys)
+        extra_thresholds.append(dup)
     not_null = tuple(dict.fromkeys([*target.contract.not_null,
                                     *(c.name for c in target.contract.columns if not c.nullable)]))
     return ReconcileSpec(

@@ -227,13 +227,13 @@ def check(result: ReconcileResult, spec: ReconcileSpec, ref: Ref, shadow: list[d
     shadow_parts: dict[Any, set[Any]] = {}
     for p, k in ref.groups["shadow"]:
         shadow_parts.setdefault(k, set()).add(p)
-    # keys of the shadow the target holds in two partitions, or twice in a partition other
-    # than one the shadow holds the key in; looked for when the preview deletes something
-    # (else such a key is in two partitions of the shadow too, which the shadow's own
-    # duplicate check fails)
+    # keys of the shadow the target holds in two partitions, or twice in a partition the
+    # shadow does not hold the key in; looked for when the preview deletes something (else
+    # such a key is in two partitions of the shadow too, which the shadow's own duplicate
+    # check fails)
     spread = sum(1 for k, parts in target_parts.items() if k in shadow_parts and (
         len(parts) > 1 or any(len(ref.groups["target"][(tp, k)]) > 1
-                              for sp in shadow_parts[k] for tp in parts if tp != sp))
+                              for tp in parts if tp not in shadow_parts[k]))
     ) if totals["delete"] else 0
     if spec.merge_keys:  # a key of the shadow the target's window holds twice
         gate = window_gates["merge_target_keys"]
