@@ -476,10 +476,15 @@ class _Live:
 
     def _instant_percent(self, df: DataFrame, expr: str, check: Check, path: str) -> None:
         """A date or timestamp metric (min, max, avg, sum) compares in days or seconds since
-        1970: a percent of that is no tolerance anyone means (0.01 % of the days since 1970 is
-        about two days). Said once per check, whichever side resolves it first."""
-        pct = check.threshold_percent
-        if not pct or check.aggregation in (Aggregation.COUNT, Aggregation.COUNT_DISTINCT) \
+        1970: a percent of that alone is no tolerance anyone means (0.01 % of the days since
+        1970 is about two days); with an absolute threshold beside it, which must hold too, it
+        only tightens. For the gate's threshold and the drift threshold; said once per check,
+        whichever side resolves it first."""
+        loose = [(f, pct) for f, pct, absolute in (
+            ("threshold_percent", check.threshold_percent, check.threshold_absolute),
+            ("drift_threshold_percent", check.drift_threshold_percent,
+             check.drift_threshold_absolute)) if pct and absolute is None]
+        if not loose or check.aggregation in (Aggregation.COUNT, Aggregation.COUNT_DISTINCT) \
                 or path in self.instant_seen:
             return
         dtype = _analyse(df.select(F.expr(expr))).fields[0].dataType
@@ -488,13 +493,14 @@ class _Live:
         if unit is None:
             return
         self.instant_seen.add(path)
-        days = (dt.date.today() - dt.date(1970, 1, 1)).days * pct / 100
-        self.add("metric_percent_of_instant", f"{path}.threshold_percent",
-                 f"metric {check.metric or '(unnamed)'} compares {check.aggregation.value} of a "
-                 f"{'date' if unit == 'days' else 'timestamp'} in {unit} since 1970-01-01, so "
-                 f"threshold_percent {pct:g} lets it move by about {days:.2g} days",
-                 f"write threshold_absolute in {unit} (0 for exact) and drop threshold_percent, "
-                 "or set threshold_percent: 0")
+        for field, pct in loose:
+            days = (dt.date.today() - dt.date(1970, 1, 1)).days * pct / 100
+            self.add("metric_percent_of_instant", f"{path}.{field}",
+                     f"metric {check.metric or '(unnamed)'} compares {check.aggregation.value} "
+                     f"of a {'date' if unit == 'days' else 'timestamp'} in {unit} since "
+                     f"1970-01-01, so {field} {pct:g} lets it move by about {days:.2g} days",
+                     f"write {field.replace('percent', 'absolute')} in {unit} (0 for exact) "
+                     f"beside it or instead, or set {field}: 0")
 
     def _transform(self, path: str, tr: Transform, src: DataFrame) -> None:
         """A transform (or a target's reference query) imports or analyses on the source."""

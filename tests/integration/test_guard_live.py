@@ -319,11 +319,17 @@ def test_a_percent_threshold_on_a_date_or_timestamp_metric_is_refused(
         ("metric_percent_of_instant", "backfill_plan.validation.checks[2].threshold_percent")]
     assert "move by about 2" in found[0].message and "threshold_absolute" in found[0].fix
 
-    def absolute(p):
+    def absolute(p):  # an absolute threshold beside the percent: both must hold
         mutate(p)
-        p["validation"]["checks"][2].pop("threshold_percent")
         p["validation"]["checks"][2]["threshold_absolute"] = 0
     assert not _blocks(spark, base, absolute)
+
+    def drift(p):  # the drift threshold compares the same days or seconds
+        absolute(p)
+        p["validation"]["checks"][2]["drift_threshold_percent"] = 0.01
+    assert _blocks(spark, base, drift) == {
+        ("metric_percent_of_instant",
+         "backfill_plan.validation.checks[2].drift_threshold_percent")}
 
 
 def test_a_targets_own_checks_are_checked_against_both_sides(spark, base):
