@@ -120,8 +120,7 @@ def _already_promoted(ctx: RunContext, state: RunState, st: TargetState) -> bool
         _landed(ctx, state, st, checked, found, commits, found_in_history=True)
     elif not st.verified and found - 1 != checked:  # the crash came during the gap check
         _check_gap(ctx, state, st, checked, found - 1)
-    if not state.delivered:  # after delivery, later commits are their writers' business
-        _still_holds_promotion(ctx, state, st, commits)
+    _still_holds_promotion(ctx, state, st, commits)
     if st.verified:
         ctx.say(f"{label}: promotion already verified")
     else:
@@ -152,6 +151,15 @@ def _still_holds_promotion(ctx: RunContext, state: RunState, st: TargetState,
         ctx.say(f"{label}: {note}")
         return
     undone_all = table_fingerprint(target_df(ctx, st, parts, st.rollback_version)) == now
+    if state.delivered:  # downstream may have read it: said, neither undone nor redone
+        note = (f"other writers' commits after the promotion at version {found} ({listed}) "
+                + ("undid it: the window is as it was at the rollback point "
+                   f"{st.rollback_version}" if undone_all else "changed rows it promoted")
+                + "; this run had already delivered it (publish reopened), so the window is "
+                "left as they left it")
+        st.notes.append(note)
+        ctx.say(f"{label}: {note}")
+        return
     st.changed_after_promotion = True
     record(ctx, state, "target_moved", st, version_read=delta_ops.current_version(
         ctx.spark, st.ref), since_version=found, window_unchanged=False,

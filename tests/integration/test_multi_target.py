@@ -179,3 +179,6 @@ def test_a_rerun_after_publish_reopened_never_undoes_a_target_another_writer_cha
     prog = run_progress(Ledger(spark, home).run_events(out.run_id))
     assert prog.state == "done" and not any(t.restored for t in prog.targets.values())
     assert not is_paused(spark, str(a), home) and not is_paused(spark, str(b), home)
+    (note,) = out.targets["orders_clean"].notes  # said, in the evidence too
+    assert "changed rows it promoted" in note and "already delivered" in note
+    assert not out.targets["orders_enriched"].notes
