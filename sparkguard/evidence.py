@@ -136,7 +136,9 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
             "publish_control": {
                 "deployment_complete": promoted,
                 # a promoted run's error: publish could not be reopened (a re-run does it)
-                "publish_unblocked": (promoted and error is None) or outcome == "dry_run_passed",
+                # an operator's manual pause stays when the run reopens its own hold
+                "publish_unblocked": ((promoted and error is None and not run.held_by_others)
+                                      or outcome == "dry_run_passed"),
                 "cutover_strategy": "delta_single_commit",
             },
             "observability": {
@@ -167,7 +169,9 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
             "source": {"dataset": run.source, "version_read": run.source_version},
             "window": {"partition_column": run.partition_column,
                        "partitions": list(run.partitions), **_range_of(plan)},
-            "publish": {"paused_by_this_run": run.publish_paused},
+            "publish": {"paused_by_this_run": run.publish_paused, **(
+                {"still_paused_by_others": {t: list(h) for t, h in run.held_by_others.items()}}
+                if run.held_by_others else {})},
             "gates": all_gates,
             "failed_gates": failed,
             "targets": targets,

@@ -244,6 +244,9 @@ def render_markdown(data: dict[str, Any]) -> str:
              f"{_yes(rg['publish_control']['publish_unblocked'])}.", ""]
     if sg.get("error"):
         lines += [f"> {_cell(sg['error'])}", ""]
+    for target, holds in ((sg.get("publish") or {}).get("still_paused_by_others") or {}).items():
+        lines += [f"Publish of `{_line(target)}` stays paused after this run: "
+                  f"{_line('; '.join(holds))}.", ""]
     lines += _summary(data)
     if sg.get("failed_gates"):
         lines += ["", "## Failed gates", ""]

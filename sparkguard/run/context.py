@@ -142,6 +142,7 @@ class RunState:
     # hold (reopened publish, or an operator did): downstream may have read the promotions,
     # so nothing of them is checked again or undone; only the end is recorded
     delivered: bool = False
+    held_by_others: dict[str, list[str]] = field(default_factory=dict)  # manual pauses left
     lock_keys: dict[str, str] = field(default_factory=dict)  # label -> delta_ops.lock_key
     done: dict[str, set[str]] = field(default_factory=dict)  # label -> partitions reconciled
     proof_done: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> slice event

@@ -49,6 +49,8 @@ class RunReport:
     proof_partitions: tuple[str, ...]
     targets: dict[str, TargetReport]
     publish_paused: bool  # this run's publish hold is still set
+    # holds this run does not clear when it finishes (an operator's manual pause), per target
+    held_by_others: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -81,4 +83,5 @@ def report_of(ctx: RunContext, state: RunState) -> RunReport:
         partition_column=w.column, partitions=tuple(str(p) for p in w.partitions),
         proof_partitions=tuple(str(p) for p in w.slices[0]) if w.slices else (),
         targets={k: _target(st) for k, st in state.targets.items()},
-        publish_paused=state.publish_paused)
+        publish_paused=state.publish_paused,
+        held_by_others={t: tuple(h) for t, h in state.held_by_others.items()})

@@ -226,3 +226,27 @@ def test_gate_failure_keeps_publish_paused_and_notifies(
     assert out.exit_code == 1
     assert probe.seen == [("publish_paused", True), ("gate_failed", True)]
     assert is_paused(spark, target, home) and is_paused(home, f"{target}/")
+
+
+def test_an_operators_manual_pause_outlives_the_run_and_the_evidence_says_so(
+        spark: Any, base_lake: Path, tmp_path: Path) -> None:
+    """On-call paused the target by hand (an incident) before the backfill; the run releases
+    only its own hold. Its evidence used to say publish_unblocked: true; now it says false,
+    naming the hold that stays, in the YAML and the Markdown."""
+    import yaml
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan_path = write_plan(root, _one_slice_claiming_a_dry_run)
+    home = str(root / "_sg")
+    target = str(load_plan(plan_path).target_specs()[0].dataset)
+    PublishControl(spark, home).pause([target], actor="oncall", reason="incident 42")
+    out = run_backfill(spark, load_plan(plan_path), str(plan_path), home=home,
+                       evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    assert out.exit_code == 0 and out.evidence_path is not None
+    assert is_paused(home, target)
+    data = yaml.safe_load(Path(out.evidence_path).read_text(encoding="utf-8"))
+    assert data["release_gate_evidence"]["publish_control"]["publish_unblocked"] is False
+    (held,) = data["sparkguard"]["publish"]["still_paused_by_others"][target]
+    assert "manual by oncall" in held and "incident 42" in held
+    md = Path(out.evidence_path).with_suffix(".md").read_text(encoding="utf-8")
+    assert "stays paused after this run" in md and "publish unblocked: no" in md
