@@ -283,7 +283,8 @@ def _constraints(ctx: RunContext, st: TargetState, shadow: DataFrame, target: Da
     casts = ([] if st.spec.contract.match_target_schema
              or st.spec.promotion == Promotion.REPLACE_WHERE
              else _cast_losses(target, shadow, identity))
-    for gate, expr in (*rules.gates(), *_length_limits(target.schema, shadow.columns), *casts):
+    for gate, expr in (*rules.gates(), *_length_limits(target.schema, shadow.columns),
+                       *_nested_not_null(target.schema, shadow.columns), *casts):
         problem = _unresolved(shadow, expr)
         if problem is None:
             ok.append((gate, expr))
@@ -318,6 +319,38 @@ def _length_limits(target: StructType, shadow: Sequence[str]) -> list[tuple[str,
             continue
         kind = "varchar" if m.group(1) else "char"
         out.append((f"{kind}_length[{f.name}]", f"{c} IS NULL OR length({c}) <= {m.group(2)}"))
+    return out
+
+
+def _nested_not_null(target: StructType, shadow: Sequence[str]) -> list[tuple[str, str]]:
+    """A gate per NOT NULL field inside a struct column of the target that the shadow holds
+    (``addr STRUCT<city: STRING NOT NULL>``): Delta refuses a null there at the promotion's
+    commit, after the whole shadow was built, a null struct around it included (Delta 4.0
+    reads the field through it); the shadow's own schema, written by Delta, is nullable
+    throughout, so nothing else counts them. Fields inside arrays and maps, and names SQL
+    cannot spell, are left to Delta."""
+    held = {c.lower() for c in shadow}
+    out: list[tuple[str, str]] = []
+
+    def walk(dtype: DataType, path: list[str], shown: str) -> None:
+        if not isinstance(dtype, StructType):
+            return
+        for f in dtype.fields:
+            try:
+                here = [*path, quote_column(f.name)]
+            except UnsafeSQLError:
+                continue
+            name = f"{shown}.{f.name}"
+            if not f.nullable:
+                out.append((f"nested_not_null[{name}]", f"{'.'.join(here)} IS NOT NULL"))
+            walk(f.dataType, here, name)
+
+    for f in target.fields:
+        if f.name.lower() in held and isinstance(f.dataType, StructType):
+            try:
+                walk(f.dataType, [quote_column(f.name)], f.name)
+            except UnsafeSQLError:
+                continue
     return out
 
 

@@ -376,3 +376,35 @@ def test_a_shadow_an_earlier_version_wrote_in_the_recomputations_case_is_read_as
     assert _version(spark, ref) == before + 1
     window = spark.read.format("delta").load(ref.path).where(F.col("order_date").isin(*WINDOW))
     assert window.where("line_total <> CAST(amount * quantity AS DECIMAL(14,2))").count() == 0
+
+
+@pytest.mark.parametrize("promotion", ["replace_where", "merge_changed"])
+def test_a_null_in_a_nested_not_null_field_fails_its_gate_before_any_commit(
+        spark: Any, base_lake: Path, tmp_path: Path, promotion: str) -> None:
+    """The target's ``addr`` struct declares ``city`` NOT NULL; the recomputation leaves it
+    null on the broken rows. Delta refused that at the commit (exit 3, after the whole shadow
+    was built, and again on every re-run); the field is a gate on the shadow: each result
+    counts exactly the broken rows, and the target keeps its version."""
+    from pyspark.sql import types as T
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    ref = TableRef(path=str(root / "target" / "orders_clean"))
+    held = root / "held"  # Delta declares a nested NOT NULL only at creation
+    spark.read.format("delta").load(ref.path).write.format("delta").save(str(held))
+    rows = spark.read.format("delta").load(str(held))
+    shutil.rmtree(ref.path)
+    builder = DeltaTable.create(spark).location(ref.path).partitionedBy("order_date")
+    for f in rows.schema.fields:
+        builder = builder.addColumn(f.name, f.dataType)
+    builder.addColumn("addr", T.StructType([T.StructField("city", T.StringType(), False),
+                                            T.StructField("zip", T.StringType())])).execute()
+    rows.withColumn("addr", F.expr("named_struct('city', 'Oslo', 'zip', CAST(NULL AS STRING))")) \
+        .write.format("delta").mode("append").save(ref.path)
+    before = _version(spark, ref)
+    sql = TRANSFORM_SQL.replace("AS line_total\n", "AS line_total,\n       named_struct('city', "
+                                f"IF({BROKEN}, CAST(NULL AS STRING), 'Oslo'), 'zip', "
+                                "CAST(NULL AS STRING)) AS addr\n")
+    assert _run(write_plan(root, set_transform(sql), promotion=promotion), root) == (
+        EXIT_GATE_FAILED)
+    assert _version(spark, ref) == before
+    _counts_broken_rows(spark, root, "nested_not_null[addr.city]")
