@@ -143,14 +143,18 @@ def spec_for_target(plan: BackfillPlan, target: TargetSpec, key_source: bool = F
             metrics.append(MetricSpec(name, check.aggregation, src, shd, thr, check.per_partition,
                                       check.nan, drift))
     keys = tuple(target.business_keys)
-    if target.promotion is not Promotion.REPLACE_WHERE and keys and pcol not in keys \
-            and not any(set(cols) == set(keys) for cols in extra_dups):
-        # a MERGE matches on the business keys alone: a key in two partitions of the shadow
-        # fails it at the commit, whatever key_columns the checks name (the partition column
-        # too, say: its threshold is kept) and with no duplicate_check at all (exact then)
+    if target.promotion is not Promotion.REPLACE_WHERE and keys and pcol not in keys:
+        # a MERGE matches on the business keys alone: a key twice in the shadow's window
+        # fails it at the commit (or is inserted twice), so the check across the window is
+        # exact whatever threshold, key_columns (the partition column too, say) or none the
+        # duplicate_check gives
         dup = dup or ThresholdSpec(absolute=0.0)
-        extra_dups.append(keys)
-        extra_thresholds.append(dup)
+        same = [i for i, cols in enumerate(extra_dups) if set(cols) == set(keys)]
+        for i in same:
+            extra_thresholds[i] = ThresholdSpec(absolute=0.0)
+        if not same:
+            extra_dups.append(keys)
+            extra_thresholds.append(ThresholdSpec(absolute=0.0))
     not_null = tuple(dict.fromkeys([*target.contract.not_null,
                                     *(c.name for c in target.contract.columns if not c.nullable)]))
     return ReconcileSpec(

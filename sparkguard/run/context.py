@@ -140,7 +140,7 @@ class RunState:
     publish_paused: bool = False  # this run's publish hold is set
     # resumed after an earlier attempt verified every target and cleared this run's publish
     # hold (reopened publish, or an operator did): downstream may have read the promotions,
-    # so nothing of them is checked again or undone; only the end is recorded
+    # so others' later commits are only noted, nothing is undone; the end is recorded
     delivered: bool = False
     held_by_others: dict[str, list[str]] = field(default_factory=dict)  # manual pauses left
     lock_keys: dict[str, str] = field(default_factory=dict)  # label -> delta_ops.lock_key

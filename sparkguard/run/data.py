@@ -340,7 +340,7 @@ def _nested_not_null(target: StructType, shadow: Sequence[str]) -> list[tuple[st
                 here = [*path, quote_column(f.name)]
             except UnsafeSQLError:
                 continue
-            name = f"{shown}.{f.name}"
+            name = f"{shown}.{here[-1] if '.' in f.name else f.name}"  # a.b vs `a.b`
             if not f.nullable:
                 out.append((f"nested_not_null[{name}]", f"{'.'.join(here)} IS NOT NULL"))
             walk(f.dataType, here, name)

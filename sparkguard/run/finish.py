@@ -6,7 +6,7 @@ from sparkguard import faults
 from sparkguard.audit_trail import evidence_digest
 from sparkguard.evidence import load_evidence, write_evidence
 from sparkguard.ledger import Ledger
-from sparkguard.publish import MANUAL_HOLD
+from sparkguard.publish import MANUAL_HOLD, PublishStatus
 from sparkguard.run.audit_facts import audit_facts
 from sparkguard.run.context import RunContext, RunState, notify, record
 from sparkguard.run.data import job
@@ -42,9 +42,10 @@ def record_evidence_audit(ledger: Ledger, run_id: str, path: str) -> None:
 def visit_evidence(stage: Evidence, ctx: RunContext, state: RunState) -> None:
     # an operator's manual pause outlives the run: the evidence must not say publish reopens
     targets = [st.ref.display for st in state.targets.values()]
-    state.held_by_others = {
-        t: [s.describe()] for t, s in ctx.publish.statuses(targets).items()
-        if any(h["hold"] == MANUAL_HOLD for h in s.holds)}
+    manual = {t: tuple(h for h in s.holds if h["hold"] == MANUAL_HOLD)
+              for t, s in ctx.publish.statuses(targets).items()}
+    state.held_by_others = {t: [PublishStatus(t, True, holds, None).describe()]
+                            for t, holds in manual.items() if holds}
     state.evidence_path = write_run_evidence(ctx, state, "promoted")
 
 

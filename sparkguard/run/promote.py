@@ -142,6 +142,17 @@ def _still_holds_promotion(ctx: RunContext, state: RunState, st: TargetState,
     if not after:
         return
     listed = delta_ops.listed_commits(after)
+    if state.delivered:  # said only: a failed read (files vacuumed since) must not stop it
+        try:
+            _changed_after_delivery(ctx, st, found, listed)
+        except Exception as exc:
+            note = (f"other writers committed after the promotion at version {found} "
+                    f"({listed}); the window could not be compared ({type(exc).__name__}: "
+                    f"{str(exc)[:200]}); this run had already delivered it, so it is left as "
+                    "they left it")
+            st.notes.append(note)
+            ctx.say(f"{label}: {note}")
+        return
     window = target_df(ctx, st, parts)
     promoted, now = fingerprints(target_df(ctx, st, parts, found), window)
     if promoted == now or _holds_shadow(ctx, st, window):
@@ -151,15 +162,6 @@ def _still_holds_promotion(ctx: RunContext, state: RunState, st: TargetState,
         ctx.say(f"{label}: {note}")
         return
     undone_all = table_fingerprint(target_df(ctx, st, parts, st.rollback_version)) == now
-    if state.delivered:  # downstream may have read it: said, neither undone nor redone
-        note = (f"other writers' commits after the promotion at version {found} ({listed}) "
-                + ("undid it: the window is as it was at the rollback point "
-                   f"{st.rollback_version}" if undone_all else "changed rows it promoted")
-                + "; this run had already delivered it (publish reopened), so the window is "
-                "left as they left it")
-        st.notes.append(note)
-        ctx.say(f"{label}: {note}")
-        return
     st.changed_after_promotion = True
     record(ctx, state, "target_moved", st, version_read=delta_ops.current_version(
         ctx.spark, st.ref), since_version=found, window_unchanged=False,
@@ -174,6 +176,26 @@ def _still_holds_promotion(ctx: RunContext, state: RunState, st: TargetState,
         "a RESTORE someone chose) and publish stays paused. Decide with the table's owners; "
         "run the plan again to start a new run if the backfill should land, or `sparkguard "
         f"publish resume {shlex.quote(st.ref.display)}` to reopen publish as it is")
+
+
+def _changed_after_delivery(ctx: RunContext, st: TargetState, found: int, listed: str) -> None:
+    """A delivered run (publish reopened by an earlier attempt): other writers' commits after
+    its promotion ``found`` are compared and, when they undid or changed it, noted on the
+    target; downstream may have read the promotion, so nothing is undone or redone."""
+    assert st.rollback_version is not None
+    parts = ctx.window.partitions
+    window = target_df(ctx, st, parts)
+    promoted, now = fingerprints(target_df(ctx, st, parts, found), window)
+    if promoted == now or _holds_shadow(ctx, st, window):
+        return
+    undone = table_fingerprint(target_df(ctx, st, parts, st.rollback_version)) == now
+    note = (f"other writers' commits after the promotion at version {found} ({listed}) "
+            + ("undid it: the window is as it was at the rollback point "
+               f"{st.rollback_version}" if undone else "changed rows it promoted")
+            + "; this run had already delivered it (publish reopened), so the window is left "
+            "as they left it")
+    st.notes.append(note)
+    ctx.say(f"{st.spec.label}: {note}")
 
 
 def _holds_shadow(ctx: RunContext, st: TargetState, window: DataFrame) -> bool:

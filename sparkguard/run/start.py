@@ -240,8 +240,8 @@ def visit_pause(stage: Pause, ctx: RunContext, state: RunState) -> None:
         state.delivered = True
         ctx.say("every target already promoted and verified, and this run's publish hold is "
                 "cleared (publish reopened by an earlier attempt, or by an operator): "
-                "downstream may have read the promotions, so they are neither checked again "
-                "nor undone; the run's end is recorded")
+                "downstream may have read the promotions, so later commits of other writers "
+                "are only noted, nothing is undone; the run's end is recorded")
         return
     job(ctx, state, f"run {state.run_id}: pause publish")
     ctx.publish.pause(targets, run_id=state.run_id, actor=ctx.plan.owner,

@@ -248,5 +248,6 @@ def test_an_operators_manual_pause_outlives_the_run_and_the_evidence_says_so(
     assert data["release_gate_evidence"]["publish_control"]["publish_unblocked"] is False
     (held,) = data["sparkguard"]["publish"]["still_paused_by_others"][target]
     assert "manual by oncall" in held and "incident 42" in held
+    assert out.run_id not in held  # its own hold, released at once, is not listed
     md = Path(out.evidence_path).with_suffix(".md").read_text(encoding="utf-8")
     assert "stays paused after this run" in md and "publish unblocked: no" in md

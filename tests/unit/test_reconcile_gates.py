@@ -623,17 +623,18 @@ def test_a_merge_checks_its_business_keys_across_the_window_whatever_the_checks_
     s = spec_for_target(plan, plan.targets[0])
     keys = tuple(plan.targets[0].business_keys)
     assert keys in s.extra_duplicate_keys
-    assert s.extra_duplicate_threshold(keys) == (
-        ThresholdSpec(absolute=0.0) if checks == "no-duplicate-check" else s.duplicate_check)
+    assert s.extra_duplicate_threshold(keys) == ThresholdSpec(absolute=0.0)
     _, gates = build_gates(s, [row("d1", 100, 100), row("d2", 100, 100)], True,
                            extra_duplicates={keys: 1})
     assert not {g.gate: g for g in gates}[f"duplicate_check[{','.join(keys)}]"].passed
 
 
-def test_the_merge_key_check_keeps_the_users_threshold_and_adds_no_twin() -> None:
-    """key_columns [order_id, order_date] at 1 % keeps 1 % for the window-wide order_id check;
-    keys listed in another order are the same set (no second, exact gate); business keys that
-    hold the partition column need none (the per-partition check counts exactly that)."""
+def test_the_merge_key_check_is_exact_and_adds_no_twin() -> None:
+    """key_columns [order_id, order_date] at 1 %: the per-partition check keeps 1 %, the
+    window-wide order_id check is exact (a key twice in the shadow fails the MERGE at the
+    commit, or is inserted twice); keys listed in another order are the same set (no second
+    gate); business keys that hold the partition column need none (the per-partition check
+    counts exactly that)."""
     data = valid_plan()
     bp = data["backfill_plan"]
     bp["targets"][0]["promotion"] = "merge"
@@ -643,12 +644,14 @@ def test_the_merge_key_check_keeps_the_users_threshold_and_adds_no_twin() -> Non
     plan = load_plan_text(plan_yaml(data))
     s = spec_for_target(plan, plan.targets[0])
     assert s.extra_duplicate_keys == (("order_id",),)
-    assert s.extra_duplicate_threshold(("order_id",)) == ThresholdSpec(percent=1.0)
+    assert s.duplicate_check == ThresholdSpec(percent=1.0)
+    assert s.extra_duplicate_threshold(("order_id",)) == ThresholdSpec(absolute=0.0)
     bp["targets"][0]["business_keys"] = ["order_id", "customer_id"]
     dup["key_columns"] = ["customer_id", "order_id"]
     plan = load_plan_text(plan_yaml(data))
-    assert spec_for_target(plan, plan.targets[0]).extra_duplicate_keys == (
-        ("customer_id", "order_id"),)
+    s = spec_for_target(plan, plan.targets[0])
+    assert s.extra_duplicate_keys == (("customer_id", "order_id"),)
+    assert s.extra_duplicate_threshold(("customer_id", "order_id")) == ThresholdSpec(absolute=0.0)
     bp["targets"][0]["business_keys"] = ["order_id", bp["partitioning"]["column"]]
     dup["key_columns"] = None
     plan = load_plan_text(plan_yaml(data))
