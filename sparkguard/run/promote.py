@@ -134,34 +134,41 @@ def _still_holds_promotion(ctx: RunContext, state: RunState, st: TargetState,
     but not undo or overwrite the promoted ones; else the run would end done, and reopen
     publish, over a window that no longer holds the backfill. It stops instead, leaving the
     window as they left it (restoring would lose their change; promoting again would undo an
-    operator's RESTORE)."""
+    operator's RESTORE). A delivered run (publish reopened by an earlier attempt) only says
+    so: downstream may have read the promotion, so nothing is undone or redone."""
     assert st.promoted_version is not None and st.rollback_version is not None
-    label, parts, found = st.spec.label, ctx.window.partitions, st.promoted_version
+    label, found = st.spec.label, st.promoted_version
     after = delta_ops.foreign_commits([c for c in commits if int(c["version"]) > found],
                                       state.run_id, data_only=True)
     if not after:
         return
     listed = delta_ops.listed_commits(after)
-    if state.delivered:  # said only: a failed read (files vacuumed since) must not stop it
-        try:
-            _changed_after_delivery(ctx, st, found, listed)
-        except Exception as exc:
-            note = (f"other writers committed after the promotion at version {found} "
-                    f"({listed}); the window could not be compared ({type(exc).__name__}: "
-                    f"{str(exc)[:200]}); this run had already delivered it, so it is left as "
-                    "they left it")
-            st.notes.append(note)
-            ctx.say(f"{label}: {note}")
-        return
-    window = target_df(ctx, st, parts)
-    promoted, now = fingerprints(target_df(ctx, st, parts, found), window)
-    if promoted == now or _holds_shadow(ctx, st, window):
-        note = (f"other writers committed after the promotion at version {found} ({listed}); "
-                "every promoted row is still in the window, unchanged")
+
+    def say(note: str) -> None:
         st.notes.append(note)
         ctx.say(f"{label}: {note}")
+
+    delivered = ("; this run had already delivered it (publish reopened), so the window is "
+                 "left as they left it")
+    try:
+        undone_all = _moved(ctx, st, found)
+    except Exception as exc:
+        if not state.delivered:
+            raise
+        say(f"other writers committed after the promotion at version {found} ({listed}); the "
+            f"window could not be compared ({type(exc).__name__}: {str(exc)[:200]})"
+            f"{delivered}")  # files vacuumed since, say: a said-only check must not stop it
         return
-    undone_all = table_fingerprint(target_df(ctx, st, parts, st.rollback_version)) == now
+    if undone_all is None:
+        if not state.delivered:
+            say(f"other writers committed after the promotion at version {found} ({listed}); "
+                "every promoted row is still in the window, unchanged")
+        return
+    if state.delivered:  # downstream may have read it: said, neither undone nor redone
+        say(f"other writers' commits after the promotion at version {found} ({listed}) "
+            + (f"undid it: the window is as it was at the rollback point {st.rollback_version}"
+               if undone_all else "changed rows it promoted") + delivered)
+        return
     st.changed_after_promotion = True
     record(ctx, state, "target_moved", st, version_read=delta_ops.current_version(
         ctx.spark, st.ref), since_version=found, window_unchanged=False,
@@ -178,24 +185,17 @@ def _still_holds_promotion(ctx: RunContext, state: RunState, st: TargetState,
         f"publish resume {shlex.quote(st.ref.display)}` to reopen publish as it is")
 
 
-def _changed_after_delivery(ctx: RunContext, st: TargetState, found: int, listed: str) -> None:
-    """A delivered run (publish reopened by an earlier attempt): other writers' commits after
-    its promotion ``found`` are compared and, when they undid or changed it, noted on the
-    target; downstream may have read the promotion, so nothing is undone or redone."""
+def _moved(ctx: RunContext, st: TargetState, found: int) -> bool | None:
+    """None while every row promoted at version ``found`` is still in the window, unchanged;
+    else whether the window is back as it was at the rollback point (True) or its promoted
+    rows were changed (False)."""
     assert st.rollback_version is not None
     parts = ctx.window.partitions
     window = target_df(ctx, st, parts)
     promoted, now = fingerprints(target_df(ctx, st, parts, found), window)
     if promoted == now or _holds_shadow(ctx, st, window):
-        return
-    undone = table_fingerprint(target_df(ctx, st, parts, st.rollback_version)) == now
-    note = (f"other writers' commits after the promotion at version {found} ({listed}) "
-            + ("undid it: the window is as it was at the rollback point "
-               f"{st.rollback_version}" if undone else "changed rows it promoted")
-            + "; this run had already delivered it (publish reopened), so the window is left "
-            "as they left it")
-    st.notes.append(note)
-    ctx.say(f"{st.spec.label}: {note}")
+        return None
+    return table_fingerprint(target_df(ctx, st, parts, st.rollback_version)) == now
 
 
 def _holds_shadow(ctx: RunContext, st: TargetState, window: DataFrame) -> bool:
