@@ -332,14 +332,16 @@ class PublishControl:
         self._append_clearing(targets, list(rows.values()), heads)
         return cleared
 
-    def statuses(self, targets: Sequence[str] | None = None) -> dict[str, PublishStatus]:
+    def statuses(self, targets: Sequence[str] | None = None,
+                 known: Mapping[str, str] | None = None) -> dict[str, PublishStatus]:
         """State of each target (every name in the table when ``targets`` is None), counting
-        the holds set under any name of the same table.
+        the holds set under any name of the same table (``known``: locations the caller already
+        holds, as for :meth:`_resolve`).
 
         The newest event of each (target, hold) is chosen in Spark; only the holds still set and
         one row per name (its last change and locations) reach the driver, at any table size.
         """
-        where = self._resolve(targets) if targets is not None else None
+        where = self._resolve(targets, known) if targets is not None else None
         return self._statuses_and_heads(targets, where)[0]
 
     def _statuses_and_heads(self, targets: Sequence[str] | None,

@@ -43,7 +43,7 @@ def visit_evidence(stage: Evidence, ctx: RunContext, state: RunState) -> None:
     # an operator's manual pause outlives the run: the evidence must not say publish reopens
     targets = [st.ref.display for st in state.targets.values()]
     manual = {t: tuple(h for h in s.holds if h["hold"] == MANUAL_HOLD)
-              for t, s in ctx.publish.statuses(targets).items()}
+              for t, s in ctx.publish.statuses(targets, state.locations()).items()}
     state.held_by_others = {t: [PublishStatus(t, True, holds, None).describe()]
                             for t, holds in manual.items() if holds}
     state.evidence_path = write_run_evidence(ctx, state, "promoted")

@@ -233,7 +233,7 @@ def _dry_run_claim(ctx: RunContext, hist: PlanHistory) -> dict[str, Any]:
 def visit_pause(stage: Pause, ctx: RunContext, state: RunState) -> None:
     targets = [st.ref.display for st in state.targets.values()]
     if state.resumed is not None and all(st.verified for st in state.targets.values()):
-        held = ctx.publish.statuses(targets)
+        held = ctx.publish.statuses(targets, state.locations())
         if any(h["hold"] == state.run_id for s in held.values() for h in s.holds):
             ctx.say("every target already promoted and verified; publish hold left as it is")
             return
