@@ -93,11 +93,21 @@ class DeltaRsReader:
         self._local = scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
         if not self._local and scheme not in DELTA_RS_SCHEMES:
             raise FastReadUnavailable(f"delta-rs does not open {scheme}: URIs ({self.home})")
+        if self._local and not os.path.isdir(self._local_base()):
+            # a path without a scheme is the cluster's default file system to Spark (dbfs:/,
+            # hdfs://, a Connect server's disk): nothing here is no answer, never "open"
+            raise FastReadUnavailable(
+                f"no directory {self.home} on this machine (a home on the cluster's file "
+                "system is read with Spark; give an object store's URI for delta-rs)")
         try:
             import deltalake  # noqa: F401
         except ImportError as exc:
             raise FastReadUnavailable(f"the deltalake package is not installed ({exc})") from exc
         self._tables: dict[str, Any] = {}
+
+    def _local_base(self) -> str:
+        return os.path.abspath(self.home.removeprefix("file://") if self.home.startswith(
+            "file://") else self.home)
 
     @property
     def control_path(self) -> str:
@@ -106,9 +116,7 @@ class DeltaRsReader:
     def _location(self, name: str) -> str:
         rel = TABLES[name]
         if self._local:
-            base = self.home.removeprefix("file://") if self.home.startswith("file://") \
-                else self.home
-            return os.path.join(os.path.abspath(base), rel)
+            return os.path.join(self._local_base(), rel)
         return f"{self.home}/{rel}"
 
     def _table(self, name: str) -> Any | None:
@@ -212,17 +220,43 @@ class DeltaRsReader:
     def publish_statuses(self, targets: Sequence[str] | None = None
                          ) -> dict[str, PublishStatus]:
         """Publish state of each target (every target ever paused when ``targets`` is None)."""
-        keys = {t: _path_keys(t) for t in targets or ()}
-        where = _in("target", targets)
+        aliases = self._catalog_aliases(targets)
+        asked = None if targets is None else list(dict.fromkeys(
+            [*targets, *(n for t in targets for n in sorted(aliases.get(t, ())))]))
+        keys = {t: _path_keys(t) for t in asked or ()}
+        where = _in("target", asked)
         table = self._table("publish")
-        if targets is not None and table is not None and "location" in {
+        if asked is not None and table is not None and "location" in {
                 f.name for f in table.schema().fields}:
             found = spellings_of(k for ks in keys.values() for k in ks)
             where = " OR ".join([f"({where})", *([f"({_in('location', found)})"] if found else []),
                                  f'"location" IN (SELECT "location" FROM t WHERE ({where}) '
                                  'AND "location" IS NOT NULL)'])
         latest = self._query("publish", where, latest_by='"target", "hold"', order="target")
-        return fold_publish_statuses(latest, targets, keys)
+        out = fold_publish_statuses(latest, asked, keys)
+        if targets is None:
+            return out
+        return {t: _merged(t, [out[t], *(out[n] for n in sorted(aliases.get(t, ())))])
+                for t in targets}
+
+    def _catalog_aliases(self, targets: Sequence[str] | None) -> dict[str, set[str]]:
+        """Names recorded in the control table that may be the same catalog table as a target
+        asked by name: only Spark resolves a name, so names equal but for case and backquotes,
+        or one a qualified form of the other (``sales.orders``, ``main.sales.orders``), count
+        as one table here. Wider than the catalog may be; a hold is then reported on a table
+        it is not on, never the other way."""
+        named = {t: p for t in targets or () if (p := _name_parts(t))}
+        if not named:
+            return {}
+        recorded = {r["target"] for r in self._query("publish", latest_by='"target"')
+                    } if self._table("publish") is not None else set()
+        out: dict[str, set[str]] = {}
+        for t, parts in named.items():
+            for name in recorded - {t}:
+                other = _name_parts(name)
+                if other and (other[-len(parts):] == parts or parts[-len(other):] == other):
+                    out.setdefault(t, set()).add(name)
+        return out
 
     def rows(self, name: str, column: str | None = None,
              values: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -242,8 +276,15 @@ class DeltaRsReader:
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
-        if "://" not in dataset and not os.path.isdir(os.path.join(dataset, "_delta_log")):
-            return None
+        scheme = urlsplit(dataset).scheme.lower() if "://" in dataset else ""
+        if scheme and scheme != "file" and scheme not in DELTA_RS_SCHEMES:
+            raise FastReadUnavailable(f"delta-rs does not open {scheme}: URIs ({dataset})")
+        if not scheme and not os.path.isdir(os.path.join(dataset, "_delta_log")):
+            if os.path.isdir(dataset) or (self._local and os.path.abspath(dataset).startswith(
+                    self._local_base() + os.sep)):
+                return None
+            # no such directory here: perhaps on the cluster's file system, which Spark reads
+            raise FastReadUnavailable(f"no directory {dataset} on this machine")
         try:
             commits = DeltaTable(dataset, storage_options=self.storage_options or None).history()
         except TableNotFoundError:
@@ -278,6 +319,34 @@ def _add_actions(table: Any) -> dict[str, list[Any]]:
                           // dt.timedelta(microseconds=1) for v in values]
             out[key] = values
     return out
+
+
+def _name_parts(target: str) -> tuple[str, ...]:
+    """A catalog name's parts, unquoted and in lower case (none for a path)."""
+    from sparkguard.sql import TableRef, UnsafeSQLError, table_name_parts
+
+    try:
+        ref = TableRef.parse(target)
+    except UnsafeSQLError:
+        return ()
+    if ref.name is None:
+        return ()
+    try:
+        return tuple(p.lower() for p in table_name_parts(ref.name))
+    except UnsafeSQLError:
+        return ()
+
+
+def _merged(target: str, statuses: Sequence[PublishStatus]) -> PublishStatus:
+    """One target's state from those of the names it may be recorded under."""
+    from sparkguard.publish import PublishStatus
+
+    if len(statuses) == 1:
+        return statuses[0]
+    holds = {(h["target"], h["hold"], h["at"]): h for s in statuses for h in s.holds}
+    changes = [s.last_change for s in statuses if s.last_change is not None]
+    return PublishStatus(target, bool(holds), tuple(holds[k] for k in sorted(
+        holds, key=lambda k: (k[2], k[0], k[1]))), max(changes, default=None))
 
 
 def _path_keys(target: str) -> set[str]:

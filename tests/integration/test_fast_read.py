@@ -109,13 +109,39 @@ def test_is_paused_needs_no_pyspark_and_the_newest_event_decides(control_home: P
                    "'reopened' False", "'never-seen' False"], proc.stdout + proc.stderr
 
 
-def test_is_paused_on_a_home_never_written_is_open(tmp_path: Path) -> None:
+def test_is_paused_on_a_home_never_written_is_open_and_on_no_directory_raises(
+        tmp_path: Path) -> None:
+    """A home directory holding nothing yet is open. No directory at all is no answer: a path
+    without a scheme is the cluster's file system to Spark (``/mnt/...`` on Databricks), which
+    this machine does not see; it used to answer "open"."""
     from sparkguard.publish import is_paused
 
-    assert is_paused(str(tmp_path / "nothing"), "t") is False
+    assert is_paused(str(tmp_path), "t") is False
     assert is_paused(tmp_path, "t") is False  # a Path works too
+    with pytest.raises(FastReadUnavailable, match="no directory"):
+        is_paused(str(tmp_path / "mnt" / "lake" / "_sparkguard"), "t")
     with pytest.raises(TypeError, match="home once"):
         is_paused(str(tmp_path), "t", str(tmp_path))
+
+
+def test_a_catalog_name_spelled_another_way_reads_the_hold_set_under_the_plan_name(
+        tmp_path: Path) -> None:
+    """The plan paused ``main.sales.orders``; a downstream job asks with another case,
+    backquotes, or without the catalog: delta-rs cannot resolve names, and used to answer
+    "open" for each. Names that may be the same table count as one; others stay apart."""
+    from sparkguard.publish import is_paused
+
+    home = tmp_path / "_sg"
+    _control(home, [("main.sales.orders", "20261202T000000Z-cccc", True, EPOCH_2026, None),
+                    ("main.sales.returns", "manual", False, EPOCH_2026, None)])
+    for asked in ("main.sales.orders", "MAIN.Sales.ORDERS", "`main`.`sales`.`orders`",
+                  "sales.orders", "orders"):
+        assert is_paused(home, asked), asked
+    for asked in ("main.sales.returns", "main.hr.orders", "other.sales.orders", "orders_x"):
+        assert not is_paused(home, asked), asked
+    (st,) = DeltaRsReader(str(home)).publish_statuses(["sales.orders"]).values()
+    assert st.target == "sales.orders" and [h["target"] for h in st.holds] == [
+        "main.sales.orders"]
 
 
 def test_publish_status_lists_holds_sorted_by_target(control_home: Path) -> None:
@@ -461,3 +487,20 @@ def test_status_reads_spark_written_statistics_newest_first_and_exactly(
         assert (old in {p.run_id for p in got}) == (limit == 17), limit
     assert served[0], "one run: the newest files and the resumed run's first event served it"
     assert fast.latest_runs(17)[-1].state == "done"
+
+
+def test_history_of_a_table_delta_rs_cannot_see_is_no_answer_not_a_missing_table(
+        tmp_path: Path) -> None:
+    """``verify`` reads targets' histories with delta-rs: a URI scheme delta-rs does not open
+    (``wasbs://``) or a path with no directory on this machine (the cluster's file system) used
+    to come back as "no table", which verify reports as tampering; now Spark answers."""
+    home = tmp_path / "_sg"
+    _control(home, [("t", "manual", True, EPOCH_2026, None)])
+    reader = DeltaRsReader(str(home))
+    for dataset in ("wasbs://c@acct.blob.core.windows.net/orders", "/mnt/lake/orders"):
+        with pytest.raises(FastReadUnavailable):
+            reader.history(dataset)
+    (tmp_path / "gone").mkdir()  # the table's directory is here, its log is not: no table
+    assert reader.history(str(tmp_path / "gone")) is None
+    assert reader.history(str(home / "ledger" / "runs")) is None  # never written
+    assert [c["version"] for c in reader.history(str(home / "control" / "publish")) or []] == [0]
