@@ -142,6 +142,13 @@ def evidence_record(where: str, data: Mapping[str, Any], records: Sequence[Mappi
         return newest, []
     for older in reversed(records[:-1]):
         if older.get("content_hash") == root:
+            if _same_file(where, newest.get("path")):
+                return older, [Finding(
+                    "evidence_reverted", where,
+                    f"the run's evidence file holds an earlier copy (the ledger's evidence "
+                    f"record of {_utc(older.get('at'))}); the evidence was rewritten since "
+                    f"(newest record {_utc(newest.get('at'))}, by a rollback) and this copy put "
+                    "back in its place: the file no longer states the run's outcome")]
             return older, [Finding(
                 "evidence_superseded", where,
                 f"a genuine earlier copy: it matches the ledger's evidence record of "
@@ -149,6 +156,18 @@ def evidence_record(where: str, data: Mapping[str, Any], records: Sequence[Mappi
                 f"{_utc(newest.get('at'))}, by a rollback): verify the current file for the "
                 "run's outcome", "info")]
     return newest, []
+
+
+def _same_file(a: str, b: Any) -> bool:
+    """Whether two evidence paths name one file (as written, or on this machine's disk)."""
+    if not isinstance(b, str) or not b:
+        return False
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.normpath(os.path.abspath(a)) == os.path.normpath(os.path.abspath(b))
 
 
 def _utc(at: Any) -> str:

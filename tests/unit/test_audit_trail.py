@@ -72,6 +72,26 @@ def test_an_earlier_genuine_copy_is_checked_against_its_own_record_and_said_supe
     assert evidence_record("e.yaml", data, []) == (None, [])
 
 
+def test_an_earlier_copy_put_back_at_the_runs_evidence_path_is_tampering(tmp_path: Any) -> None:
+    """A rollback rewrote the evidence at its path; the pre-rollback copy copied back over it
+    (saying ``promoted``) matched the older record and passed as "superseded"."""
+    data, leaves, root = _sealed()
+    path = tmp_path / "run.yaml"
+    path.write_text("x")
+    older = {"at": dt.datetime(2025, 1, 1, 1, 0, tzinfo=dt.UTC), "content_hash": root,
+             "seal": data["audit"]["seal"], "leaves": leaves, "path": str(path)}
+    newest = {**older, "at": dt.datetime(2025, 1, 1, 2, 0, tzinfo=dt.UTC),
+              "content_hash": "c" * 64, "seal": "d" * 64, "leaves": {}}
+    for where in (str(path), str(tmp_path / "." / "run.yaml")):
+        record, found = evidence_record(where, data, [older, newest])
+        assert record is older and [(f.kind, f.severity) for f in found] == [
+            ("evidence_reverted", "tamper")], where
+    kept = tmp_path / "kept.yaml"  # a copy kept elsewhere is what it says it is
+    kept.write_text("x")
+    assert [f.kind for f in evidence_record(str(kept), data, [older, newest])[1]] == [
+        "evidence_superseded"]
+
+
 def test_one_digit_changed_names_the_field() -> None:
     data, leaves, root = _sealed()
     data["sparkguard"]["targets"][0]["gates"][0]["measured"]["value"] = 1334.5
