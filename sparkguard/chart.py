@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from sparkguard.reconcile.verdicts import deviation
+from sparkguard.reconcile.verdicts import deviation, within
 
 __all__ = ["Panel", "bar_labels", "chart_available", "chart_size", "panels", "write_chart"]
 
@@ -37,12 +38,17 @@ class Panel:
     deltas: tuple[float, ...]  # shadow vs source, in ``unit``; inf when a side is missing
     threshold: float | None  # in ``unit``; None when no gate applies
     changes_pct: tuple[float | None, ...]  # shadow vs current target, percent
+    # per partition, whether the values fail the check's thresholds as a gate judges them
+    # (integers and decimals exactly); None: from the float deltas
+    over: tuple[bool, ...] | None = None
 
     @property
     def breaches(self) -> tuple[str, ...]:
         """Partitions whose delta exceeds the threshold."""
         if self.threshold is None:
             return ()
+        if self.over is not None:
+            return tuple(p for p, o in zip(self.partitions, self.over, strict=True) if o)
         return tuple(p for p, d in zip(self.partitions, self.deltas, strict=True)
                      if d > self.threshold + 1e-12)
 
@@ -54,6 +60,22 @@ def _num(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def _exact(value: Any) -> int | Decimal | float | None:
+    """A measured value as the gate compared it: integers and decimals (written as text in the
+    evidence) exactly, a float as a float."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | Decimal):
+        return value
+    if isinstance(value, str):
+        try:
+            d = Decimal(value)
+        except InvalidOperation:
+            return _num(value)
+        return d if d.is_finite() else float(d)
+    return _num(value)
 
 
 def _partition_stats(target: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -83,10 +105,16 @@ def _panel(title: str, check: Mapping[str, Any] | None, stats: Sequence[Mapping[
            sides: Sequence[tuple[Any, Any, Any]]) -> Panel:
     unit, threshold = _threshold(check)
     deltas: list[float] = []
+    over: list[bool] = []
     changes: list[float | None] = []
+    pct = None if check is None else check.get("threshold_percent")
+    absolute_limit = None if check is None else check.get("threshold_absolute")
     for source, shadow, target in sides:
-        absolute, percent = deviation(_num(source), _num(shadow))
+        absolute, percent = deviation(_exact(source), _exact(shadow))
         deltas.append(percent if unit == "%" else absolute)
+        over.append(check is not None and not within(
+            _exact(source), _exact(shadow), None if pct is None else float(pct),
+            None if absolute_limit is None else float(absolute_limit)))
         if _num(target) is None:
             changes.append(None)
         else:
@@ -94,21 +122,25 @@ def _panel(title: str, check: Mapping[str, Any] | None, stats: Sequence[Mapping[
             changes.append(math.copysign(t_pct, (_num(shadow) or 0) - (_num(target) or 0))
                            if t_abs else 0.0)
     return Panel(title, unit, tuple(str(s["partition"]) for s in stats), tuple(deltas),
-                 threshold, tuple(changes))
+                 threshold, tuple(changes), tuple(over))
 
 
 def panels(evidence: Mapping[str, Any]) -> list[Panel]:
     """The chart's panels, from an evidence dict (pure; no matplotlib needed)."""
     sg = evidence["sparkguard"]
-    checks = sg.get("plan", {}).get("checks") or []
-    row_check = next((c for c in checks if c.get("type") == "row_count_parity"), None)
-    metric_checks = {c.get("metric"): c for c in checks if c.get("type") == "metric_reconciliation"}
+    plan = sg.get("plan") or {}
+    own = {str(t.get("target")): t.get("checks") or [] for t in plan.get("target_checks") or []
+           if isinstance(t, Mapping)}
     out: list[Panel] = []
     for target in sg.get("targets") or []:
         stats = _partition_stats(target)
         if not stats:
             continue
         name = target["name"]
+        checks = own.get(str(name), plan.get("checks") or [])  # the checks its gates ran
+        row_check = next((c for c in checks if c.get("type") == "row_count_parity"), None)
+        metric_checks = {c.get("metric"): c for c in checks
+                         if c.get("type") == "metric_reconciliation"}
         out.append(_panel(f"{name}: row count", row_check, stats,
                           [(s.get("rows_source"), s.get("rows_shadow"), s.get("rows_target"))
                            for s in stats]))

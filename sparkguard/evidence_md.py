@@ -62,7 +62,7 @@ def _pct(value: float | None, signed: bool = False) -> str:
     if value is None:
         return "n/a"
     if math.isinf(value):
-        return "inf"
+        return "-inf" if value < 0 and signed else "inf"
     if value == 0:
         return "0%"
     return f"{value:+.3g}%" if signed else f"{value:.3g}%"

@@ -141,6 +141,28 @@ def test_panels_measure_each_partition_against_its_threshold() -> None:
     assert line_total.changes_pct[1] == pytest.approx(-66.1, abs=0.05)
 
 
+def test_panels_hold_exact_values_exactly_and_each_target_to_its_own_checks() -> None:
+    """A decimal sum one unit in the 18th place off, or a bigint past 2**53 off by one, was
+    turned into floats and shown as 0% and within threshold while the exact gate failed; and
+    the panels took the plan's checks, not the ones the target's gates ran."""
+    data = copy.deepcopy(_case("evidence_gate_failed"))
+    sg = data["sparkguard"]
+    part = sg["targets"][0]["full_window"]["partitions"][0]
+    part["metrics"]["gross_amount"].update(source="100.000000000000000000",
+                                           shadow="100.000000000000000001")
+    part["metrics"]["line_total"].update(source=str(2 ** 60), shadow=str(2 ** 60 + 1))
+    own = sg["plan"]["target_checks"][0]["checks"]
+    for check in own:
+        if check["type"] == "metric_reconciliation":
+            check["threshold_percent"] = 0.0
+    _rows, gross, line_total = panels(data)
+    assert gross.threshold == 0.0 and line_total.threshold == 0.0  # the target's, not 0.01
+    assert gross.breaches == line_total.breaches == ("2026-05-02",)
+    assert gross.deltas[0] > 0
+    (row,) = [ln for ln in render_markdown(data).splitlines() if ln.startswith("| 2026-05-02 |")]
+    assert row.split(" | ")[3:5] == ["**1e-18%**", "**8.67e-17%**"], row
+
+
 def test_panels_fall_back_to_slices_without_a_full_window() -> None:
     data = copy.deepcopy(_case("evidence_gate_failed"))
     data["sparkguard"]["targets"][0]["full_window"] = None
