@@ -109,9 +109,13 @@ def build_evidence(run: RunReport, outcome: str, error: str | None = None) -> di
     contracts = [_contract_text(t) for t in plan.targets]
 
     def status(gates: list[dict[str, Any]], kind: str) -> str:
+        """fail, pass (a gate of ``kind`` passed for every target), partial (for some
+        targets only: others have no such check) or not_run."""
         if any(g["check_type"] == kind for g in failed):
             return "fail"
-        return "pass" if gates else "not_run"
+        if not gates:
+            return "not_run"
+        return "pass" if {g["target"] for g in gates} >= set(run.targets) else "partial"
 
     return {
         "release_gate_evidence": {

@@ -276,3 +276,48 @@ def test_a_failed_slice_gate_is_the_release_gate_verdict() -> None:
     assert sg["gates"] == []
     assert "- `orders_clean` **row_count_parity** (proof slice 1): expected 100, got 95" \
         in render_markdown(data).splitlines()
+
+
+def test_a_release_gate_status_passes_only_when_every_target_ran_such_a_gate() -> None:
+    """Two targets; only the first has a metric check (a warning, not a refusal, at the
+    guard): metric parity said ``pass`` for the release though no metric gate ran for the
+    second. It is ``partial``; row counts, checked for both, pass."""
+    from dataclasses import replace
+
+    from sparkguard.evidence import build_evidence
+    from sparkguard.plan.loader import load_plan_text
+    from sparkguard.reconcile.verdicts import GateResult, ReconcileResult
+    from sparkguard.run.report import RunReport, TargetReport
+    from sparkguard.sql import TableRef
+    from tests.plan_fixtures import plan_yaml, valid_plan
+
+    plan = load_plan_text(plan_yaml(valid_plan()))
+    t = plan.target_specs()[0]
+
+    def passed(name: str, kind: str) -> GateResult:
+        return GateResult(gate=name, check_type=kind, passed=True, measured={"value": 1},
+                          threshold="<= 0%", reason="ok", expected=1)
+
+    def target(label: str, *gates: GateResult) -> TargetReport:
+        return TargetReport(
+            label=label, ref=TableRef(path=f"/t/{label}"), shadow=TableRef(path=f"/s/{label}"),
+            promotion=t.promotion, reconciled_version=1, rollback_version=1,
+            promoted_version=2, verified=True, restored=False, skipped_slices=(),
+            window=ReconcileResult(scope="full window", partitions=(), gates=gates),
+            slice_results=(), notes=())
+
+    row, metric = "row_count_parity", "metric_reconciliation"
+    both = {"a": target("a", passed(row, row), passed(f"{metric}[m]", metric)),
+            "b": target("b", passed(row, row))}
+    run = RunReport(run_id="r1", plan=plan, plan_path="/p.yaml", fingerprint="f" * 64,
+                    home="/h", evidence_dir="/e", source="/src", source_version=0,
+                    partition_column="order_date", partitions=("2026-05-02",),
+                    proof_partitions=("2026-05-02",), targets=both, publish_paused=False)
+    rec = build_evidence(run, "promoted")["release_gate_evidence"]["reconciliation"]
+    assert (rec["row_count_status"], rec["metric_parity_status"]) == ("pass", "partial")
+    both["b"] = replace(both["b"], window=ReconcileResult(
+        scope="full window", partitions=(), gates=(passed(row, row), passed(f"{metric}[n]",
+                                                                            metric))))
+    rec = build_evidence(replace(run, targets=both), "promoted")["release_gate_evidence"][
+        "reconciliation"]
+    assert rec["metric_parity_status"] == "pass"
