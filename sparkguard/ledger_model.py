@@ -317,7 +317,9 @@ def lock_decision(holder: LockInfo | None, *, run_id: str, token: str, host: str
     "refuse", why)``.
 
     ``finished``: the holder's run reached a terminal state in the ledger (it died before
-    releasing); its lock is taken without a flag. ``resume``: the holder is this same run on
+    releasing); its lock is taken without a flag. A holder on this host whose process is gone
+    and whose run recorded no event (it died before recording its start) is taken over
+    without a flag too. ``resume``: the holder is this same run on
     this host and its process is gone (a crash); the re-run takes the lock over without a
     flag. Any other holder is refused unless ``takeover`` is given and the holder has been
     idle longer than ``stale_after_s`` (idle = since the later of its lock and its newest
@@ -334,6 +336,10 @@ def lock_decision(holder: LockInfo | None, *, run_id: str, token: str, host: str
         alive = pid_alive(holder.pid) if same_host else True
     if same_host and not alive and holder.run_id == run_id:
         return "resume", f"process {holder.pid} that held it is gone"
+    if same_host and not alive and holder_state is None:
+        # it died between taking its locks and recording its start: nothing of it to finish
+        return "takeover", (f"its process {holder.pid} on this host is gone and its run "
+                            f"{holder.run_id} recorded nothing")
     idle_since = max([instant(holder.at), *([instant(last_activity)] if last_activity else [])])
     idle = (instant(now) - idle_since).total_seconds()  # instants: drivers in other zones
     where = (f"its process {holder.pid} is gone" if same_host and not alive else

@@ -145,7 +145,13 @@ def test_lock_decisions() -> None:
     assert decide(lock()) == "refuse"
     assert decide(lock(host="other"), alive=None) == "refuse"
     # another run: refused; taken over only with the flag and once stale
-    assert decide(lock(run="r0"), alive=False) == "refuse"
+    assert decide(lock(run="r0"), alive=False, holder_state="proof_passed") == "refuse"
+    # another run that died on this host before recording anything (between its locks and
+    # its start): nothing of it to finish or resume, so taken over without a flag (it was
+    # refused for the stale timeout, 6 h by default)
+    assert decide(lock(run="r0"), alive=False) == "takeover"
+    assert decide(lock(run="r0"), alive=True) == "refuse"
+    assert decide(lock(run="r0", host="other"), alive=None) == "refuse"
     assert decide(lock(run="r0"), takeover=True) == "takeover"  # idle 1 h > 600 s
     assert decide(lock(run="r0", minute=55), takeover=True) == "refuse"  # idle 5 min
     # activity in the ledger counts as the holder being alive
