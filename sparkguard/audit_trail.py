@@ -259,6 +259,14 @@ def check_ledger_history(table: str, history: Sequence[Mapping[str, Any]] | None
     """Commits on an append-only ledger table that rewrote or removed rows (tampering) or that
     sparkguard does not make (information)."""
     found: list[Finding] = []
+    first = min((int(c["version"]) for c in history or [] if c.get("version") is not None),
+                default=0)
+    if first > 0:  # the log's cleanup (delta.logRetentionDuration) removed the commits before
+        found.append(Finding(
+            "history_truncated", f"{'control' if table == 'publish' else 'ledger'}/{table}",
+            f"the table's history starts at version {first}: the commits before it are gone "
+            "from its log (log retention), so a rewrite among them cannot be seen here; "
+            "the chains still are", "info"))
     for c in history or []:
         op = str(c.get("operation") or "")
         params = c.get("operationParameters") or {}

@@ -308,3 +308,16 @@ def test_a_sample_value_holding_a_yaml_line_break_is_kept_and_verifies(char: str
     assert read["sparkguard"]["targets"][0]["samples"] == [{"key": value, "shadow": value}]
     record = {"content_hash": root, "seal": data["audit"]["seal"], "leaves": leaves}
     assert [f for f in check_evidence("e", read, record, b"k") if f.severity == "tamper"] == []
+
+
+def test_a_ledger_history_that_no_longer_starts_at_version_0_is_said() -> None:
+    """Log retention removes old commits (a DELETE among them included): said, as info."""
+    from sparkguard.audit_trail import check_ledger_history
+
+    whole = [{"version": v, "operation": "WRITE", "operationParameters": {"mode": "Append"}}
+             for v in range(3)]
+    assert check_ledger_history("runs", whole) == []
+    (f,) = check_ledger_history("runs", whole[2:])
+    assert (f.kind, f.severity, f.where) == ("history_truncated", "info", "ledger/runs")
+    assert "version 2" in f.detail
+    assert check_ledger_history("runs", None) == []
