@@ -234,14 +234,14 @@ def reconcile_part(ctx: RunContext, state: RunState, st: TargetState,
     finally:
         for v in reference[1] if reference else []:
             ctx.spark.catalog.dropTempView(v)
-    edge = _edge_gates(ctx, st, shadow, partitions, target_version) if preview else []
+    edge = edge_gates(ctx, st, partitions, target_version, shadow) if preview else []
     return ReconcileResult(scope=res.scope, partitions=res.partitions,
                            gates=(*res.gates, *schema, *edge), preview=res.preview,
                            duplicate_sample=res.duplicate_sample)
 
 
-def _edge_gates(ctx: RunContext, st: TargetState, shadow: DataFrame,
-                partitions: Sequence[object], version: int | None) -> list[GateResult]:
+def edge_gates(ctx: RunContext, st: TargetState, partitions: Sequence[object],
+               version: int | None, shadow: DataFrame | None = None) -> list[GateResult]:
     """The full window's ``keys_outside_window`` gate (``reconcile.edge``) of each
     ``duplicate_check`` with ``table_wide: true``, read at the target's version the window was
     read at; none for keys that include every window column (the date and the hour of a
@@ -257,6 +257,7 @@ def _edge_gates(ctx: RunContext, st: TargetState, shadow: DataFrame,
             sets.append(keys)
     if not sets:
         return []
+    shadow = shadow if shadow is not None else shadow_df(ctx, st, partitions)
     outside = as_shadow(ctx, st, _target_at(ctx, st, version).filter(
         f"NOT coalesce(({w.pred(partitions)}), false)"))
     where = [c for name in (w.column, hour) if name for c in outside.columns

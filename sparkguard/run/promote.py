@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sparkguard import delta_ops, faults
@@ -21,7 +22,15 @@ from sparkguard.run.context import (
     record,
     record_promoted,
 )
-from sparkguard.run.data import as_shadow, bucketed, fingerprints, job, shadow_df, target_df
+from sparkguard.run.data import (
+    as_shadow,
+    bucketed,
+    edge_gates,
+    fingerprints,
+    job,
+    shadow_df,
+    target_df,
+)
 from sparkguard.run.stages import Promote
 from sparkguard.run.undo import restore_target
 
@@ -83,6 +92,18 @@ def _check_gap(ctx: RunContext, state: RunState, st: TargetState, checked: int,
     label, parts = st.spec.label, ctx.window.partitions
     then, now = fingerprints(target_df(ctx, st, parts, checked),
                              target_df(ctx, st, parts, before_promotion))
+    failed = _edge_gates_again(ctx, st, before_promotion) \
+        if then == now and before_promotion != checked else ""
+    if failed:  # outside the window only, but under a key of the shadow
+        ctx.say(f"{label}: another writer committed outside the window between version "
+                f"{checked} and the promotion: {failed}; undoing the promotion")
+        restore_target(ctx, state, st, "another writer's commit before the promotion fails "
+                       "the table-wide duplicate check")
+        raise TargetMovedError(
+            f"{label}: another writer committed outside the window of {st.ref.display} just "
+            f"before the promotion (versions {checked + 1}..{before_promotion}), counted again "
+            f"at version {before_promotion}: {failed}. The promotion was undone at once and "
+            "publish stays paused")
     if then == now:
         return
     ctx.say(f"{label}: another writer changed the window between version {checked} and the "
@@ -291,10 +312,32 @@ def _target_moved(ctx: RunContext, state: RunState, st: TargetState, current: in
             f"{after['rows']}); promoting would overwrite its rows, so nothing was promoted "
             "and publish stays paused. Re-run once that writer has finished: the new run "
             "reconciles against the target as it is then")
+    failed = _edge_gates_again(ctx, st, current)
+    if failed:
+        raise TargetMovedError(
+            f"{label}: another writer committed outside the window of {st.ref.display} during "
+            f"the run ({listed}); counted again at version {current}: {failed}. Nothing was "
+            "promoted and publish stays paused")
     ctx.say(f"{label}: target moved since reconciliation ({listed}), outside the window only "
             "(window content unchanged); promoting over the new version")
     st.reconciled_version = current
     st.start_version = current  # the window is as it was then: later checks start here
+
+
+def _edge_gates_again(ctx: RunContext, st: TargetState, version: int) -> str:
+    """Commits outside the window leave its content alone but not the table-wide duplicate
+    check (``keys_outside_window``): a row another writer put outside the window under a key
+    of the shadow makes the promotion a duplicate. Those gates are counted again at
+    ``version`` (the target outside the window, as the promotion leaves it) and replace the
+    window's; returns the failures, said ("" when none)."""
+    again = edge_gates(ctx, st, ctx.window.partitions, version)
+    if not again:
+        return ""
+    if st.window is not None:
+        names = {g.gate for g in again}
+        st.window = replace(st.window, gates=(
+            *[g for g in st.window.gates if g.gate not in names], *again))
+    return "; ".join(f"{g.gate}: {g.reason}" for g in again if not g.passed)
 
 
 def _commit(ctx: RunContext, state: RunState, st: TargetState) -> None:

@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 from sparkguard import delta_ops, faults
 from sparkguard.cli import main
 from sparkguard.demo import transform_orders
+from sparkguard.evidence import load_evidence
 from sparkguard.ledger import Ledger, run_progress
 from sparkguard.plan import load_plan
 from sparkguard.publish import is_paused
@@ -446,3 +447,62 @@ def test_an_append_landing_between_the_history_read_and_the_runs_restore_is_repo
     assert len(restored) == 1 and restored[0]["verified"] is False
     assert [c["version"] for c in restored[0]["undone_commits_of_others"]] == [str(theirs)]
     assert is_paused(spark, str(target), home)
+
+
+@pytest.mark.parametrize("when", ["after_reconcile", "before_promote"])
+def test_a_key_another_writer_puts_outside_the_window_during_the_run_fails_the_table_wide_check(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any, when: str) -> None:
+    """The table-wide duplicate check passed at reconciliation; then another writer appends,
+    outside the window, a row under an order id the recomputation holds. The window is
+    unchanged, so the run used to promote over the new version and report the gate passed: the
+    target held that order twice. The gate is counted again: after reconciliation, before any
+    commit; in the gap before the promotion's transaction, the promotion is undone at once.
+    Their row stays; the evidence shows the gate failed."""
+    from sparkguard.run import promote
+
+    def table_wide(plan: dict[str, Any]) -> None:
+        _one_slice(plan)
+        for check in plan["validation"]["checks"]:
+            if check["type"] == "duplicate_check":
+                check["table_wide"] = True
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, table_wide)
+    target = root / "target" / "orders_clean"
+    src = spark.read.format("delta").load(str(root / "source" / "orders"))
+    theirs = transform_orders(spark, src, []).filter(
+        F.col("order_date") == F.lit(WINDOW[1])).limit(1).withColumn(
+        "order_date", F.lit(OUTSIDE)).collect()
+
+    def append(*_a: Any) -> None:
+        spark.createDataFrame(theirs, _read(spark, target).schema).write.format(
+            "delta").mode("append").save(str(target))
+
+    if when == "before_promote":
+        on_failpoint(monkeypatch, faults, "before_promote", append, times=1)
+    else:  # after the full window's reconciliation, before the promotion stage reads anything
+        real_fence, calls = promote.fence, []
+
+        def fence(*args: Any, **kw: Any) -> None:
+            if not calls:
+                calls.append(1)
+                append()
+            real_fence(*args, **kw)
+
+        monkeypatch.setattr(promote, "fence", fence)
+    before = _read(spark, target).collect()
+    v0 = _versions(spark, target)[-1]["version"]
+    out = _run(spark, plan)
+    assert out.exit_code == 1, out.message
+    assert "keys_outside_window" in out.message
+    ops = [h["operation"] for h in _versions(spark, target) if h["version"] > v0]
+    assert ops == (["WRITE"] if when == "after_reconcile" else ["WRITE", "WRITE", "RESTORE"])
+    after = _read(spark, target)
+    assert after.filter(F.col("order_date") != F.lit(OUTSIDE)).collect() == [
+        r for r in before if r["order_date"] != OUTSIDE]  # the window as it was
+    assert after.filter((F.col("order_date") == F.lit(OUTSIDE))
+                        & (F.col("order_id") == theirs[0]["order_id"])).count() == 1  # theirs
+    assert out.evidence_path is not None
+    gates = load_evidence(out.evidence_path)["sparkguard"]["gates"]
+    (gate,) = [g for g in gates if g["gate"] == "keys_outside_window"]
+    assert not gate["passed"], gate
