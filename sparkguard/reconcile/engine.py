@@ -157,9 +157,10 @@ def _key_spread(lay: _Layout, shadow: DataFrame, target: DataFrame) -> tuple[int
     shadow does (moved: counted once inserted, once deleted per partition; a MERGE, matching on
     the keys alone, updates them), and keys of the shadow that the target holds more than once
     outside the shadow's own partition: in two or more partitions of the window, or twice in
-    one other partition (a MERGE would update every copy into duplicates; twice in the shadow's
-    own partition is the per-partition count). One join of the shadow's keys to the target's
-    keys counted per partition, only when the preview deletes something."""
+    one other partition (a MERGE would update every copy into duplicates; a key held twice in
+    the shadow's own partition is the per-partition count's, and is not counted again here).
+    One join of the shadow's keys to the target's keys counted per partition, only when the
+    preview deletes something."""
     def keyed(df: DataFrame, side: str) -> DataFrame:  # names apart: shadow and target may
         # share a lineage (a self-join)
         return df.select(*[column(k).alias(f"__sg_{side}{i}") for i, k in enumerate(lay.keys)],
@@ -179,8 +180,11 @@ def _key_spread(lay: _Layout, shadow: DataFrame, target: DataFrame) -> tuple[int
                     # in: more of the first, and one is outside every shadow partition of it
                     F.count_distinct(F.when(twice, tp)).alias("d"),
                     F.count_distinct(F.when(twice & same, tp)).alias("ds")))
-    row = per_key.agg(F.sum("m").alias("moved"), F.sum(
-        ((F.col("p") > 1) | (F.col("d") > F.col("ds"))).cast("int")).alias("spread")).first()
+    # a key the target holds twice in one of the shadow's own partitions of it is counted
+    # there (the per-partition count), not again here
+    spread = ((F.col("p") > 1) | (F.col("d") > F.col("ds"))) & (F.col("ds") == 0)
+    row = per_key.agg(F.sum("m").alias("moved"),
+                      F.sum(spread.cast("int")).alias("spread")).first()
     return (int(row["moved"] or 0), int(row["spread"] or 0)) if row is not None else (0, 0)
 
 

@@ -231,9 +231,11 @@ def check(result: ReconcileResult, spec: ReconcileSpec, ref: Ref, shadow: list[d
     # shadow does not hold the key in; looked for when the preview deletes something (else
     # such a key is in two partitions of the shadow too, which the shadow's own duplicate
     # check fails)
+    # (a key counted in matched_twice is not counted again: one key is one duplicate key)
     spread = sum(1 for k, parts in target_parts.items() if k in shadow_parts and (
         len(parts) > 1 or any(len(ref.groups["target"][(tp, k)]) > 1
                               for tp in parts if tp not in shadow_parts[k]))
+        and not any(len(ref.groups["target"].get((sp, k), ())) > 1 for sp in shadow_parts[k])
     ) if totals["delete"] else 0
     if spec.merge_keys:  # a key of the shadow the target's window holds twice
         gate = window_gates["merge_target_keys"]
@@ -884,20 +886,37 @@ def test_a_nested_not_null_field_in_the_target_is_still_compared(spark: Any) -> 
     assert res.preview.changed_by_column == {"addr": 1, "tags": 0}
 
 
+def _merge_keys_gate(spark: Any, target: Sequence[tuple[Any, int]],
+                     shadow: Sequence[tuple[Any, int]]) -> Any:
+    """The window's ``merge_target_keys`` gate for rows given as (day, key)."""
+    def rows(keys: Sequence[tuple[Any, int]]) -> Any:
+        return spark.createDataFrame([(d, k, 1, None, None, "a", None) for d, k in keys], SCHEMA)
+
+    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
+                         business_keys=("k",), merge_keys=True)
+    res = reconcile(spec, shadow=rows(shadow), target=rows(target), partitions=list(DAYS[:2]))
+    return {g.gate: g for g in res.gates if g.partition is None}["merge_target_keys"]
+
+
 def test_a_key_the_target_holds_twice_in_another_partition_fails_merge_target_keys(
         spark: Any) -> None:
     """The target holds key 7 twice on day 0 (an earlier double append); the shadow holds it
     once on day 1. A MERGE would update both rows into duplicates on day 1: the gate used to
     pass (and say every key matches at most one row), leaving it to the check after the
     commit."""
-    def rows(*keys: tuple[Any, int]) -> Any:
-        return spark.createDataFrame([(d, k, 1, None, None, "a", None) for d, k in keys], SCHEMA)
-
-    target = rows((DAYS[0], 7), (DAYS[0], 7), (DAYS[0], 1), (DAYS[1], 2))
-    shadow = rows((DAYS[0], 1), (DAYS[1], 2), (DAYS[1], 7))
-    spec = ReconcileSpec(partition_column="p", partition_type=PartitionType.DATE,
-                         business_keys=("k",), merge_keys=True)
-    res = reconcile(spec, shadow=shadow, target=target, partitions=list(DAYS[:2]))
-    gate = {g.gate: g for g in res.gates if g.partition is None}["merge_target_keys"]
+    gate = _merge_keys_gate(spark, [(DAYS[0], 7), (DAYS[0], 7), (DAYS[0], 1), (DAYS[1], 2)],
+                            [(DAYS[0], 1), (DAYS[1], 2), (DAYS[1], 7)])
     assert not gate.passed
     assert gate.measured == {"duplicate_keys": 1, "in_one_partition": 0, "across_partitions": 1}
+
+
+def test_a_key_held_twice_in_its_own_partition_and_again_elsewhere_counts_once(
+        spark: Any) -> None:
+    """The target holds key 7 twice on day 1, where the shadow holds it, and once more on day
+    0: one business key, counted in the shadow's partition, not again across partitions (the
+    gate said two keys)."""
+    gate = _merge_keys_gate(
+        spark, [(DAYS[1], 7), (DAYS[1], 7), (DAYS[0], 7), (DAYS[0], 1), (DAYS[1], 2)],
+        [(DAYS[0], 1), (DAYS[1], 2), (DAYS[1], 7)])
+    assert not gate.passed
+    assert gate.measured == {"duplicate_keys": 1, "in_one_partition": 1, "across_partitions": 0}
