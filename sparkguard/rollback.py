@@ -383,17 +383,25 @@ def _rollback_locked(spark: SparkSession, held: _Held, *, force: bool,
     run_id = prog.run_id
     window = _window(events)
     points = check_rollback(spark, prog, _window_predicate(window), force)
+    started = [e.get("details") or {} for e in events if e["state"] == "rolling_back"]
     for pt in points:  # an earlier attempt's RESTORE undid these: the record keeps them
-        pt.undone_by_restore = tuple(sorted({
-            int(v) for e in events if e["state"] == "rolling_back"
-            for v in ((e.get("details") or {}).get("undone_by_restore") or {}).get(pt.label, [])}))
+        undone = {int(v) for d in started
+                  for v in (d.get("undone_by_restore") or {}).get(pt.label, [])}
+        if pt.already_rolled_back is not None:  # and the commits it was forced over
+            undone |= {int(v) for d in started
+                       for v in (d.get("undone_commits") or {}).get(pt.label, [])}
+        pt.undone_by_restore = tuple(sorted(undone))
+    # recorded forced when any attempt was (a re-run may finish a forced one without --force;
+    # new commits of others still need --force of it, below)
+    force_recorded = force or any(bool(d.get("forced")) for d in started)
     todo = [p for p in points if p.promoted_version is not None]
     done = [p for p in points if p.already_rolled_back is not None]
     publish, hold = PublishControl(spark, ledger.home), rollback_lock_id(run_id)
     actor = _actor()
     if prog.state == "rolled_back" and not todo:
         out(f"run {run_id} was already rolled back; nothing to do")
-        _release_left_hold(publish, [p.dataset for p in points], hold, actor, out)
+        _release_left_hold(publish, [p.dataset for p in points], (hold, run_id), actor, out)
+        _release_run_hold(publish, events, [p.dataset for p in points], run_id, actor)
         _record_left_evidence(prog, events, out, ledger)
         return points
     if not todo and not done:
@@ -414,6 +422,12 @@ def _rollback_locked(spark: SparkSession, held: _Held, *, force: bool,
                           undone_commits={p.label: [str(c["version"]) for c in p.later_commits]
                                           for p in todo if p.later_commits},
                           took_over_locks_of=took_over)
+    elif any(p.later_commits for p in todo):  # a re-run forced over commits: said before its
+        # RESTORE undoes them, so a later re-run still names them
+        ledger.record_run(run_id, "rolling_back", fingerprint=prog.fingerprint, actor=actor,
+                          forced=force, targets=[p.label for p in todo],
+                          undone_commits={p.label: [str(c["version"]) for c in p.later_commits]
+                                          for p in todo if p.later_commits})
     failpoint("mid_rollback")
     for pt in todo:
         held.check_fence(pt.dataset)
@@ -424,14 +438,17 @@ def _rollback_locked(spark: SparkSession, held: _Held, *, force: bool,
         _verify(spark, pt, _window_predicate(window), out)
     results = [p.to_dict() for p in [*todo, *done]]
     ledger.record_run(run_id, "rolled_back", fingerprint=prog.fingerprint, actor=actor,
-                      forced=force, rolled_back=results, took_over_locks_of=took_over)
-    publish.release([p.dataset for p in [*todo, *done]], hold, actor=actor,
-                    reason=f"rollback of run {run_id} finished", locations=located)
-    out(f"publish hold {hold} released")
+                      forced=force_recorded, rolled_back=results, took_over_locks_of=took_over)
+    # with every target's lock held: the rolled-back run's own hold goes too (it died holding
+    # it, say; nothing else would ever clear it), as do those of other runs that ended
+    publish.finish([p.dataset for p in [*todo, *done]], hold, actor=actor,
+                   reason=f"rollback of run {run_id} finished", locations=located)
+    _release_run_hold(publish, events, [p.dataset for p in [*todo, *done]], run_id, actor)
+    out(f"publish hold {hold} released (and any hold left by run {run_id})")
     send_all(list(notifiers) if notifiers is not None else notifiers_from_env(), "rolled_back",
              prog.recipients, {"run_id": run_id, "plan": prog.plan_name, "targets": {
                  p.dataset: p.rollback_version for p in [*todo, *done]}})
-    _record_in_evidence(prog, results, actor, force, out, ledger)
+    _record_in_evidence(prog, results, actor, force_recorded, out, ledger)
     return [*todo, *done]
 
 
@@ -458,14 +475,29 @@ def _evidence_rollbacks(prog: RunProgress) -> list[dict[str, Any]] | None:
     return list((data.get("sparkguard") or {}).get("rollbacks") or [])
 
 
-def _release_left_hold(publish: PublishControl, datasets: Sequence[str], hold: str, actor: str,
-                       out: Callable[[str], None]) -> None:
-    """Release the rollback's hold where it is still set (it died before releasing it)."""
-    held = [t for t, st in publish.statuses(datasets).items()
-            if any(h["hold"] == hold for h in st.holds)]
+def _release_run_hold(publish: PublishControl, events: Sequence[dict[str, Any]],
+                      handled: Sequence[str], run_id: str, actor: str) -> None:
+    """The rolled-back run's own hold on the targets it paused and never promoted (it died
+    before them): the run is over, so nothing else would clear it. Only that run's hold."""
+    paused = {str(t) for e in events if e["state"] == "paused"
+              for t in (e.get("details") or {}).get("publish_paused") or []}
+    rest = sorted(paused - set(handled))
+    held = sorted({h["target"] for st in (publish.statuses(rest) if rest else {}).values()
+                   for h in st.holds if h["hold"] == run_id})  # under the name it was set
     if held:
-        publish.release(held, hold, actor=actor, reason="rollback finished earlier")
-        out(f"publish hold {hold} released")
+        publish.release(held, run_id, actor=actor,
+                        reason=f"run {run_id} rolled back; it never promoted these")
+
+
+def _release_left_hold(publish: PublishControl, datasets: Sequence[str],
+                       holds: tuple[str, str], actor: str, out: Callable[[str], None]) -> None:
+    """Release the rollback's hold, and the rolled-back run's, where still set (the rollback
+    died before releasing them); its locks are held."""
+    held = [t for t, st in publish.statuses(datasets).items()
+            if any(h["hold"] in holds for h in st.holds)]
+    if held:
+        publish.finish(held, holds[0], actor=actor, reason="rollback finished earlier")
+        out(f"publish hold {holds[0]} released (and any hold left by run {holds[1]})")
 
 
 def _recheck(spark: SparkSession, run_id: str, pt: RollbackPoint,

@@ -182,3 +182,30 @@ def test_a_rerun_after_publish_reopened_never_undoes_a_target_another_writer_cha
     (note,) = out.targets["orders_clean"].notes  # said, in the evidence too
     assert "changed rows it promoted" in note and "already delivered" in note
     assert not out.targets["orders_enriched"].notes
+
+
+def test_rolling_back_a_run_that_died_after_its_first_promotion_reopens_both_targets(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """The run paused both targets, promoted the first and died. Its rollback restores the
+    first; the run's hold on the second, never promoted, used to stay with the run over
+    (rolled_back): publish of the second stayed paused with nothing to clear it."""
+    from sparkguard.cli import main
+    from tests.failpoints import Crash
+
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _two_targets)
+    home = str(root / "_sg")
+    a, b = root / "target" / "orders_clean", root / "target" / "orders_enriched"
+    before_a = _read(spark, a).collect()
+    on_failpoint(monkeypatch, faults, "after_promote_ledger", times=1)
+    with pytest.raises(Crash):
+        run_backfill(spark, load_plan(plan), str(plan), home=home,
+                     evidence_dir=str(root / "evidence"), out=lambda _m: None)
+    (run,) = Ledger(spark, home).latest_runs()
+    assert is_paused(spark, str(a), home) and is_paused(spark, str(b), home)
+    assert main(["rollback", "--run-id", run.run_id, "--home", home,
+                 "--takeover-stale-lock", "--stale-lock-timeout", "0.001"]) == 0
+    assert _read(spark, a).collect() == before_a
+    assert run_progress(Ledger(spark, home).run_events(run.run_id)).state == "rolled_back"
+    assert not is_paused(spark, str(a), home)
+    assert not is_paused(spark, str(b), home)

@@ -134,14 +134,20 @@ def test_rollback_refused_when_others_committed_unless_forced_and_finished_after
             lambda: rollback.rollback_run(spark, home, run_id, force=True, out=lambda _m: None))
     assert run_progress(Ledger(spark, home).run_events(run_id)).state == "rolling_back"
     assert len(_history(spark, target)) == n + 1
-    # the same command again finds its RESTORE and finishes without a second one
-    assert _rollback(root, run_id, "--force") == 0
+    # the command again (without --force: nothing left to force) finds its RESTORE and
+    # finishes without a second one
+    assert _rollback(root, run_id) == 0
     assert len(_history(spark, target)) == n + 1
     assert_df_equality(_read(spark, target), before, ignore_nullable=True)  # late fix undone
     events = Ledger(spark, home).run_events(run_id)
     assert run_progress(events).state == "rolled_back"
     rolling = next(e for e in events if e["state"] == "rolling_back")["details"]
     assert rolling["forced"] is True and rolling["undone_commits"] == {"orders_clean": [str(other)]}
+    # the record of the end still says the rollback was forced and undid their commit (it
+    # said forced: false and no commit of others undone)
+    done = events[-1]["details"]
+    assert done["forced"] is True
+    assert [r["undone_commits_of_others"] for r in done["rolled_back"]] == [[other]]
 
 
 def test_rollback_refused_before_restore_when_vacuum_removed_needed_files(
@@ -348,7 +354,7 @@ def test_rollback_pauses_publish_until_it_finishes_and_verifies_its_own_restore(
     with (at_failpoint(monkeypatch, rollback, "after_rollback_restore",
                        lambda _n: _append_outside_window(spark, target)),
           monkeypatch.context() as mp, pytest.raises(Crash)):
-        mp.setattr(PublishControl, "release", _dies)
+        mp.setattr(PublishControl, "finish", _dies)
         _rollback(root, run_id)
     events = Ledger(spark, home).run_events(run_id)
     assert run_progress(events).state == "rolled_back"
@@ -714,6 +720,7 @@ def test_a_run_that_died_on_another_host_after_its_promotion_is_rolled_back_over
     dead.locks.host = "db-cluster-0412"
     dead.acquire([key], prog.run_id, "alice@example.com")
     capsys.readouterr()
+    assert is_paused(home, str(target))  # the dead run's own hold
     assert _rollback(root, prog.run_id) == 2
     assert f"locked by run {prog.run_id}" in capsys.readouterr().err
     assert _rollback(root, prog.run_id, "--takeover-stale-lock",
@@ -725,6 +732,8 @@ def test_a_run_that_died_on_another_host_after_its_promotion_is_rolled_back_over
     assert led.run_events(prog.run_id)[-1]["details"]["took_over_locks_of"] == {
         key: prog.run_id}
     assert led.lock_holder(key) is None
+    # the dead run's hold went with the rollback's: nothing else would ever clear it
+    assert not is_paused(home, str(target))
 
 
 def test_a_rollback_whose_lock_was_taken_over_stops_before_restoring(
