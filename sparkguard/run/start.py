@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkguard import delta_ops, faults
-from sparkguard.errors import ConcurrentRunError, GuardError, SparkguardError
+from sparkguard.errors import ConcurrentRunError, GuardError
 from sparkguard.guard import blocking, static_findings
 from sparkguard.guard_live import live_check
 from sparkguard.ledger import PlanHistory, RunProgress, new_run_id
@@ -64,11 +64,15 @@ def visit_lock(stage: Lock, ctx: RunContext, state: RunState, again: bool = Fals
             f"rollback --run-id {prev.run_id}` (re-run it), or, if it cannot finish, close it "
             f"with `sparkguard rollback --run-id {prev.run_id} --abandon REASON`; nothing was "
             "written")
-    if prev is not None and ctx.options.dry_run and any(
-            t.rollback_version is not None for t in prev.targets.values()):
-        raise SparkguardError(
-            f"run {prev.run_id} of this plan stopped during promotion (state {prev.state}); "
-            "re-run without --dry-run to finish it before a dry run")
+    if prev is not None and ctx.options.dry_run and (any(
+            t.rollback_version is not None for t in prev.targets.values())
+            or any(e["state"] == "paused" for e in hist.runs.get(prev.run_id, []))):
+        # a dry run never promotes nor reopens publish: taking such a run over would end it
+        # with its publish hold set and nothing left to clear it
+        raise ConcurrentRunError(
+            f"run {prev.run_id} of this plan stopped after pausing publish (state "
+            f"{prev.state}); re-run without --dry-run to finish it before a dry run; nothing "
+            "was written")
     state.run_id = prev.run_id if prev is not None else new_run_id()
     job(ctx, state, f"run {state.run_id}: lock targets, pin the source version, record the run")
     keys = sorted(set(state.lock_keys.values()))  # the guard refused two targets in one

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from sparkguard import faults
 from sparkguard.demo import transform_orders
+from sparkguard.errors import ConcurrentRunError
 from sparkguard.ledger import Ledger, run_progress
 from sparkguard.plan import load_plan
 from sparkguard.publish import is_paused
@@ -280,3 +281,31 @@ def test_a_promoted_run_whose_publish_was_not_reopened_says_so_in_its_evidence(
     data = yaml.safe_load(evidence.read_text(encoding="utf-8"))
     assert data["release_gate_evidence"]["publish_control"]["publish_unblocked"] is True
     assert data["sparkguard"]["error"] is None
+
+
+def test_a_dry_run_does_not_take_over_a_real_run_that_paused_publish(
+        spark: Any, base_lake: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """A real run dies right after pausing publish; a dry run of the same plan used to resume
+    it and record dry_run_passed (terminal) with the hold still set: publish stayed paused under
+    a finished run, and its evidence said publish was unblocked. It is refused, nothing written;
+    the real re-run finishes and reopens publish."""
+    root = copy_lake(base_lake, tmp_path / "lake")
+    plan = write_plan(root, _one_slice)
+    target, home = root / "target" / "orders_clean", str(root / "_sg")
+    on_failpoint(monkeypatch, faults, "after_pause", times=1)
+    with pytest.raises(Crash):
+        _run(spark, plan)
+    led = Ledger(spark, home)
+    (killed,) = led.latest_runs()
+    events = len(led.run_events(killed.run_id))
+    with pytest.raises(ConcurrentRunError, match="re-run without --dry-run") as refused:
+        run_backfill(spark, load_plan(plan), str(plan), home=home,
+                     evidence_dir=str(root / "evidence"), out=lambda _m: None,
+                     options=RunOptions(dry_run=True))
+    assert refused.value.exit_code == 2
+    assert len(led.run_events(killed.run_id)) == events  # nothing recorded for it
+    assert [r.run_id for r in led.latest_runs()] == [killed.run_id]
+    assert is_paused(spark, str(target), home)
+    out = _run(spark, plan)
+    assert out.exit_code == 0 and out.run_id == killed.run_id, out.message
+    assert not is_paused(spark, str(target), home)
