@@ -22,11 +22,14 @@ TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 
 @contextmanager
 def session_confs(spark: SparkSession, confs: dict[str, str]) -> Iterator[None]:
-    """Set session confs for one statement, then put back what was there."""
-    previous = {k: spark.conf.get(k, None) for k in confs}
-    for k, v in confs.items():
-        spark.conf.set(k, v)
+    """Set session confs for one statement, then put back what was there (also when setting
+    one of them fails: those set before it must not stay on the caller's session)."""
+    previous: dict[str, str | None] = {}
     try:
+        for k, v in confs.items():
+            old = spark.conf.get(k, None)
+            spark.conf.set(k, v)
+            previous[k] = old
         yield
     finally:
         for k, old in previous.items():

@@ -323,3 +323,18 @@ def test_table_exists_is_false_only_for_a_missing_table(spark: Any, lake: Path) 
     finally:
         spark.sql("DROP TABLE IF EXISTS sg_pq")
         spark.sql("DROP TABLE IF EXISTS sg_broken")
+
+
+def test_confs_set_for_one_statement_are_put_back_when_setting_a_later_one_fails(
+        spark: Any) -> None:
+    """Over Spark Connect the commit confs are set on the caller's session for the statement:
+    when a later one is refused (a static conf here; a serverless session refuses others), the
+    ones set before it used to stay, so the caller's next write carried sparkguard's metadata."""
+    from sparkguard.delta_ops.sessions import USER_METADATA_CONF, session_confs
+
+    assert spark.conf.get(USER_METADATA_CONF, None) is None
+    with pytest.raises(Exception, match=r"(?i)static|modify"), session_confs(spark, {
+            USER_METADATA_CONF: '{"sparkguard": {"action": "promote"}}',
+            "spark.sql.warehouse.dir": "/elsewhere"}):
+        pass
+    assert spark.conf.get(USER_METADATA_CONF, None) is None
