@@ -160,7 +160,10 @@ def verify(*, home: str | None, run_id: str | None = None, evidence: str | None 
     if all_runs:
         data = read_state(home, lambda r: _read(r, None, []), spark=spark, engine=engine,
                           err=err)
-        run_ids = sorted({r["run_id"] for r in data.rows["runs"]})
+        # the runs named in any of the run-keyed tables: a run whose events were removed from
+        # the runs table (or the table recreated without them) is still checked
+        run_ids = sorted({r["run_id"] for n in ("runs", "slices", "evidence")
+                          for r in data.rows[n]})
     else:
         assert run_id is not None
         datasets = [str(t.get("dataset")) for t in given.targets()] if given else []
@@ -190,6 +193,11 @@ def verify(*, home: str | None, run_id: str | None = None, evidence: str | None 
                     "evidence_missing", f"run {rid}",
                     f"{data.evidence_paths[rid]} is gone (moved or deleted)", "info"))
         report.findings += _check_run(rid, ev, data, key)
+        if ev is None and not any(r["run_id"] == rid for r in data.rows["runs"]):
+            report.findings.append(Finding(
+                "run_missing", f"run {rid}", "the ledger's slice or evidence table holds rows "
+                "of this run, its runs table none: the run's events were removed (or the runs "
+                "table recreated without them)"))
         if ev is not None:
             for t, h in (ev.audit.get("chains") or {}).get("locks", {}).items():
                 heads_of_locks.setdefault(t, []).append(h)
@@ -201,6 +209,25 @@ def verify(*, home: str | None, run_id: str | None = None, evidence: str | None 
         events = [r for r in data.rows["publish"] if r["target"] == t]
         report.findings += check_chain("publish", f"target {t}", events)
     return report
+
+
+def _markdown(ev: _Evidence) -> list[Finding]:
+    """The Markdown beside the evidence is not hashed: it is compared with the evidence as this
+    sparkguard renders it (another version may render it otherwise, hence info)."""
+    from sparkguard.evidence import render_markdown
+
+    md = Path(ev.path).with_suffix(".md")
+    try:
+        text = md.read_text(encoding="utf-8")
+        same = text == render_markdown(ev.data)
+    except (OSError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+        return []  # no Markdown there (or an evidence it cannot render): nothing to compare
+    if same:
+        return []
+    return [Finding("markdown_differs", str(md), "the Markdown summary differs from the "
+                    "evidence as rendered by this sparkguard: edited, or written by another "
+                    "version. The YAML is what is verified; read the summary `sparkguard report "
+                    f"--evidence {ev.path}` renders from it", "info")]
 
 
 def _lock_keys(ev: _Evidence | None) -> list[str]:
@@ -238,7 +265,7 @@ def _check_run(run_id: str, ev: _Evidence | None, data: _Read, key: bytes | None
     if ev is None:
         return found
     record, found_record = evidence_record(ev.path, ev.data, records)
-    found += found_record + check_evidence(ev.path, ev.data, record, key)
+    found += found_record + check_evidence(ev.path, ev.data, record, key) + _markdown(ev)
     if records and not records[-1].get("seal") and any(r.get("seal") for r in records[:-1]):
         found.append(Finding("seal_mismatch", ev.path, "the ledger recorded this evidence sealed, "
                              "its newest record is unsealed: rewritten without the key (by an "

@@ -590,3 +590,33 @@ def test_a_driver_in_another_zone_stores_the_instant_and_verifies_across_dst_cha
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+def test_runs_table_recreated_without_a_run_fails_verify_all(
+        spark: Any, copied: tuple[Path, Path], capsys: Any) -> None:
+    """``verify --all`` took its runs from the runs table alone: recreated empty (no rewrite in
+    its history), it checked nothing and said intact. The run is still named by its slices
+    and its evidence record."""
+    ev, home = copied
+    runs = home / "ledger" / "runs"
+    shutil.rmtree(runs)
+    create_log_table(spark, str(runs), _SCHEMAS["runs"])
+    code, lines = _verify(capsys, "--all", "--home", str(home))
+    assert code == 1, lines
+    run_id = load_evidence(ev)["sparkguard"]["run_id"]
+    assert any(x.startswith(f"TAMPER run_missing run {run_id}") for x in _tampers(lines)), lines
+
+
+def test_an_edited_markdown_summary_is_reported(
+        done_run: Path, copied: tuple[Path, Path], capsys: Any) -> None:
+    """The Markdown is not hashed: verify said nothing when its outcome line was edited."""
+    ev, home = copied
+    (original,) = sorted((done_run / "evidence").glob("*.md"))
+    md = ev.with_suffix(".md")
+    md.write_text(original.read_text(encoding="utf-8"), encoding="utf-8")
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert code == 0 and not any("markdown_differs" in x for x in lines), lines
+    md.write_text(md.read_text(encoding="utf-8").replace(
+        "**Outcome: promoted.**", "**Outcome: promoted, reviewed.**"), encoding="utf-8")
+    code, lines = _verify(capsys, "--evidence", str(ev), "--home", str(home))
+    assert any(x.startswith(f"INFO markdown_differs {md}") for x in lines), lines
