@@ -150,8 +150,7 @@ def column_rules(spark: SparkSession, location: str) -> ColumnRules | None:
     try:
         jvm = spark.sparkContext._jvm
         assert jvm is not None
-        delta = jvm.org.apache.spark.sql.delta
-        pair = delta.DeltaLog.forTableWithSnapshot(spark._jsparkSession, location)
+        delta, pair = _delta_log(jvm, spark._jsparkSession, location)
         log, snapshot = pair._1(), pair._2()
         cols = delta.GeneratedColumn.getGeneratedColumns(snapshot)
         generated = {str(f.name()): str(f.metadata().getString(_GENERATED))
@@ -163,6 +162,26 @@ def column_rules(spark: SparkSession, location: str) -> ColumnRules | None:
     identity = {str(f["name"]): bool(f["metadata"].get(_IDENTITY_EXPLICIT, False))
                 for f in fields if _IDENTITY_START in (f.get("metadata") or {})}
     return ColumnRules(generated, identity, refused)
+
+
+# Delta's JVM package: open source Delta's, and the one Databricks Runtime ships it under
+_DELTA_PACKAGES = ("org.apache.spark.sql.delta", "com.databricks.sql.transaction.tahoe")
+
+
+def _delta_log(jvm: Any, jsession: Any, location: str) -> tuple[Any, Any]:
+    """(Delta's JVM package, ``DeltaLog.forTableWithSnapshot`` of ``location``) from the first
+    package this JVM has; raises the last error when none answers."""
+    error: Exception | None = None
+    for name in _DELTA_PACKAGES:
+        package = jvm
+        for part in name.split("."):
+            package = getattr(package, part)
+        try:
+            return package, package.DeltaLog.forTableWithSnapshot(jsession, location)
+        except Exception as exc:  # not in this JVM (py4j), or this package refused it
+            error = exc
+    assert error is not None
+    raise error
 
 
 def _write_refused(log: Any, snapshot: Any) -> str | None:
