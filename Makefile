@@ -71,7 +71,7 @@ lint: $(STAMP)
 
 bench: install
 	$(BIN)/pip install -q -e '.[bench]'
-	flock $(SPARK_LOCK) $(BIN)/python -m bench.reconcile
+	flock $(SPARK_LOCK) $(BIN)/python -m bench.reconcile --rounds 5
 
 # sparkguard against the naive job (one replaceWhere), cold spark-submit each, 3/60/365 days
 bench-backfill: $(STAMP)

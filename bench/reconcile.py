@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script too
+    sys.path.insert(0, str(ROOT))
 
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402

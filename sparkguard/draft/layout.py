@@ -114,15 +114,16 @@ class WindowColumn:
 
 
 def window_column(layout: Layout, columns: Sequence[Column]) -> tuple[str, PartitionType]:
-    """The window column and its plan type, or a refusal saying what the layout is and why the
-    plan format cannot bound a window on it yet."""
+    """The window column and its plan type, or a refusal saying what the layout is and why
+    ``plan init`` does not draft a plan for it (a ``window_column`` plan, written by hand,
+    does)."""
     by_name = {c.name: c for c in columns}
     seen = f"the target is {layout.describe()}"
     if layout.kind is not LayoutKind.PARTITIONED:
-        raise refuse("--target", f"{seen}: plans bound the window by one partition column, "
-                     "and this table has none",
-                     "write the plan from templates/backfill-plan.yaml once the plan format "
-                     "supports timestamp-range windows, or partition the table by day")
+        raise refuse("--target", f"{seen}: plan init drafts windows over one partition "
+                     "column, and this table has none",
+                     "write the plan by hand with a timestamp-range window (partitioning."
+                     "window_column; see templates/examples/), or partition the table by day")
     if len(layout.partition_columns) > 1:
         raise refuse("--target", f"{seen}: plans bound the window by one partition column",
                      "backfill a table partitioned by one date, string or int column")

@@ -88,6 +88,7 @@ def test_one_wave_one_reconciliation_one_ledger_event_and_few_commits(
     assert _commits(spark, ledger / "slices") == 1 + 2
     assert _commits(spark, ledger / "locks") == 1 + 2
     assert _commits(spark, Path(home) / "control" / "publish") == 1 + 2
+    assert _commits(spark, ledger / "evidence") == 1 + 1
     assert sum("wave 1 slices 2-3/3" in ln for ln in lines) == 1
 
 
