@@ -110,10 +110,11 @@ def _panel(title: str, check: Mapping[str, Any] | None, stats: Sequence[Mapping[
     pct = None if check is None else check.get("threshold_percent")
     absolute_limit = None if check is None else check.get("threshold_absolute")
     for source, shadow, target in sides:
-        absolute, percent = deviation(_exact(source), _exact(shadow))
+        expected, measured = _exact(source), _exact(shadow)
+        absolute, percent = deviation(expected, measured)
         deltas.append(percent if unit == "%" else absolute)
         over.append(check is not None and not within(
-            _exact(source), _exact(shadow), None if pct is None else float(pct),
+            expected, measured, None if pct is None else float(pct),
             None if absolute_limit is None else float(absolute_limit)))
         if _num(target) is None:
             changes.append(None)

@@ -412,22 +412,21 @@ def _rollback_locked(spark: SparkSession, held: _Held, *, force: bool,
     if problems:
         raise RollbackRefusedError("rollback refused, nothing restored:\n  " + "\n  ".join(problems))
     held.going_ahead()
-    if prog.state != "rolling_back":  # a re-run's hold is set already
+    undone_commits = {p.label: [str(c["version"]) for c in p.later_commits]
+                      for p in todo if p.later_commits}
+    first = prog.state != "rolling_back"  # a re-run's hold is set already
+    if first:
         paused = [p.dataset for p in todo]
         publish.pause(paused, run_id=hold, actor=actor, reason=f"rollback of run {run_id}",
                       locations=located)
         out(f"publish paused for {', '.join(paused)} (hold {hold}) until the rollback finishes")
+    if first or undone_commits:  # a re-run forced over commits says so before its RESTORE
+        # undoes them, so a later re-run still names them
+        taken: dict[str, Any] = {"took_over_locks_of": took_over} if first else {}
         ledger.record_run(run_id, "rolling_back", fingerprint=prog.fingerprint, actor=actor,
                           forced=force, targets=[p.label for p in todo],
-                          undone_commits={p.label: [str(c["version"]) for c in p.later_commits]
-                                          for p in todo if p.later_commits},
-                          took_over_locks_of=took_over)
-    elif any(p.later_commits for p in todo):  # a re-run forced over commits: said before its
-        # RESTORE undoes them, so a later re-run still names them
-        ledger.record_run(run_id, "rolling_back", fingerprint=prog.fingerprint, actor=actor,
-                          forced=force, targets=[p.label for p in todo],
-                          undone_commits={p.label: [str(c["version"]) for c in p.later_commits]
-                                          for p in todo if p.later_commits})
+                          undone_commits=undone_commits,
+                          **taken)
     failpoint("mid_rollback")
     for pt in todo:
         held.check_fence(pt.dataset)
